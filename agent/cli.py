@@ -1,0 +1,116 @@
+"""specdoctor's command line: one verb per use, each in its own module, imported only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from agent import exitcodes
+
+DESCRIPTION = """\
+Launch SGLang, watch it start, and when it fails find out why, fix the launch command and try again,
+until the server is healthy and its speculative decoding really works, or say why no flag can help.
+
+  specdoctor check -- CMD        find a command's faults before launching it (no GPU needed)
+  specdoctor diagnose ...        one diagnosis from a recorded crash log
+  specdoctor eval DIR            score the planner on a folder of real crash cases
+  specdoctor deploy -- CMD       unattended: launch, fix, relaunch until healthy (exit code + JSON report)
+  specdoctor fix -- CMD          the same, asking you before each change
+  specdoctor replay FILE         re-run today's planners on a recorded session; report divergences
+  specdoctor demo                the whole loop on a built-in simulated 8x H200 node (no GPU needed)
+
+CMD is the launch command, e.g. `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`,
+given after `--` as words or as one quoted line."""
+
+VERBS = {
+    "check": "agent.commands.check",
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user; printed as one line, exit code 2."""
+
+
+def add_command_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the launch command, after `--`")
+
+
+def add_catalog_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("flag catalog (default: the SGLang installed for the command's python)")
+    g.add_argument(
+        "--sglang-version", metavar="X", help="check against the bundled --help of SGLang X instead"
+    )
+    g.add_argument(
+        "--catalog", metavar="FILE", help="check against a saved --help text (or exported catalog)"
+    )
+    g.add_argument("--refresh-catalog", action="store_true", help="re-read the installed SGLang's --help")
+
+
+def add_gpu_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("GPU facts (default: ask nvidia-smi)")
+    g.add_argument("--gpus", metavar="DESC", help="describe the GPUs instead, e.g. '8x H100 80GB'")
+    g.add_argument("--nvidia-smi", metavar="FILE", help="read a saved `nvidia-smi` output instead")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specdoctor",
+        description=DESCRIPTION,
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version="specdoctor 0.1.0")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for module in VERBS.values():
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def command_words(words: Sequence[str]) -> list[str] | str:
+    """The launch command from argparse's remainder: argv words, or one shell line to split."""
+    words = list(words)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UsageError(
+            "no launch command: put it after `--`, e.g. `specdoctor check -- python -m sglang.launch_server ...`"
+        )
+    if len(words) == 1 and any(c.isspace() for c in words[0]):
+        return words[0]
+    return words
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        parser.print_help()
+        return exitcodes.USAGE
+    from agent.spec import SpecError
+    from tools.catalog_load import CatalogError
+
+    try:
+        return int(args.run(args))
+    except (UsageError, SpecError, CatalogError) as exc:
+        print(f"specdoctor {args.verb}: error: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    except KeyboardInterrupt:
+        print(f"specdoctor {args.verb}: interrupted", file=sys.stderr)
+        return exitcodes.INTERRUPTED
+    except BrokenPipeError:
+        return exitcodes.OK
+    except Exception as exc:  # the one place that turns an unexpected failure into a line, not a traceback
+        if os.environ.get("SPECDOCTOR_DEBUG"):
+            raise
+        print(
+            f"specdoctor {args.verb}: internal error: {type(exc).__name__}: {exc} (set SPECDOCTOR_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""`specdoctor check -- CMD`: preflight only, no launch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from agent import exitcodes
+from agent.cli import add_catalog_options, add_command_argument, add_gpu_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="find a launch command's faults before launching it",
+        description="Check a launch command against the flag catalog of the SGLang it would run, SGLang's own "
+        "speculative-decoding rules, the model and draft config.json, the GPUs and the port; print each finding "
+        "with its fix and the corrected command. Nothing is launched.",
+        epilog="exit codes: 0 clean, 1 findings (with or without a fix), 2 usage error",
+    )
+    add_command_argument(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
+    p.add_argument("--no-host", action="store_true", help="skip checks of this machine (paths, port, GPUs)")
+    add_catalog_options(p)
+    add_gpu_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.commands.common import choose_catalog, gpu_facts, read_spec
+    from agent.preflight import preflight
+    from playbooks.base import SpecView
+
+    spec = read_spec(args)
+    choice = choose_catalog(spec, args)
+    host = not args.no_host
+    view = SpecView(spec, choice.catalog)
+    needs_gpus = args.gpus or args.nvidia_smi or (host and view.tp * (view.int("--pp-size") or 1) > 1)
+    gpus = gpu_facts(args) if needs_gpus else None
+    report = preflight(spec, choice.catalog, gpus=gpus, host=host, catalog_note=choice.note)
+    if args.json:
+        print(json.dumps(as_json(report), indent=2))
+    else:
+        show(report)
+    return exitcodes.OK if report.clean else exitcodes.FINDINGS
+
+
+def as_json(report) -> dict:
+    from agent.spec import diff
+
+    return {
+        "ok": report.clean,
+        "catalog": report.catalog_note,
+        "findings": [f.model_dump(mode="json") for f in report.findings],
+        "original": report.original.shell(),
+        "command": report.corrected.shell(),
+        "argv": report.corrected.argv(),
+        "env": report.corrected.env_dict(),
+        "changes": [d.model_dump() for d in diff(report.original, report.corrected)],
+        "unfixed": [f.message for f in report.unfixed],
+        "elapsed_ms": round(report.elapsed_s * 1000, 2),
+    }
+
+
+def show(report) -> None:
+    from agent.render import Out, diff_lines, finding_lines
+    from agent.spec import diff
+
+    out = Out(sys.stdout)
+    out.line(f"specdoctor check · {report.catalog_note} · {report.elapsed_s * 1000:.1f} ms", "dim")
+    if not report.findings:
+        out.line("✓ no problems found", "bold green")
+        return
+    out.line()
+    for f in report.findings:
+        finding_lines(out, f)
+    changes = diff(report.original, report.corrected)
+    if changes:
+        out.line()
+        out.line("corrected command:", "bold")
+        out.line("  " + report.corrected.shell(), "bold green")
+        out.line("changes:", "bold")
+        diff_lines(out, changes)
+    if report.unfixed:
+        out.line()
+        out.line(f"{len(report.unfixed)} problem(s) have no automatic fix; see above.", "yellow")

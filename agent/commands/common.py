@@ -1,0 +1,62 @@
+"""What several verbs do the same way: read the command, pick the flag catalog, get GPU facts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agent.cli import UsageError, command_words
+from agent.spec import LaunchSpec
+from tools.catalog_load import CatalogChoice, for_command
+from tools.gpu import GpuReport
+
+
+def read_spec(args: argparse.Namespace) -> LaunchSpec:
+    return LaunchSpec.parse(command_words(args.command))
+
+
+def read_command_text(text: str) -> LaunchSpec:
+    return LaunchSpec.parse(text)
+
+
+def choose_catalog(spec: LaunchSpec, args: argparse.Namespace) -> CatalogChoice:
+    catalog_file = Path(args.catalog) if getattr(args, "catalog", None) else None
+    return for_command(
+        spec.entrypoint,
+        spec.env_dict(),
+        version=getattr(args, "sglang_version", None),
+        catalog_file=catalog_file,
+        refresh=getattr(args, "refresh_catalog", False),
+    )
+
+
+def gpu_facts(args: argparse.Namespace, live: bool = True) -> GpuReport | None:
+    """GPU facts from --gpus, --nvidia-smi FILE, or (when `live`) the nvidia-smi of this machine."""
+    from tools import gpu
+
+    if getattr(args, "gpus", None):
+        report = gpu.parse_gpus_description(args.gpus)
+        if report.status == "error":
+            raise UsageError(f"--gpus: {report.message}")
+        return report
+    if getattr(args, "nvidia_smi", None):
+        return read_nvidia_smi_file(Path(args.nvidia_smi))
+    return gpu.inspect() if live else None
+
+
+def read_nvidia_smi_file(path: Path) -> GpuReport:
+    from tools import gpu
+
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    if "# ---" in text:  # a recording with a header (tests/data/nvidia-smi format)
+        text = text.split("# ---\n", 1)[1]
+    if "|===" in text:
+        return gpu.parse_table(text)
+    report = gpu.parse_query_gpu_csv(text)
+    if report.status == "error":
+        failure = gpu.classify_failure(1, "", text)
+        return failure if failure.status != "error" else report
+    return report

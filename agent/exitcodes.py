@@ -1,0 +1,25 @@
+"""Exit codes, one meaning each, shared by every verb (documented in `specdoctor --help`)."""
+
+from __future__ import annotations
+
+OK = 0
+"""check: no findings. deploy/fix: the server is healthy. replay: every decision matched."""
+FINDINGS = 1
+"""check: findings (with or without a fix). diagnose/eval: see the verb. replay: a decision diverged."""
+USAGE = 2
+"""Bad input: a malformed command, an unreadable file, an unknown option."""
+STOPPED = 3
+"""deploy/fix: stopped because no flag change can help (the report says why)."""
+BUDGET = 4
+"""deploy/fix: the launch or time budget ran out before the server was healthy."""
+INTERRUPTED = 130
+"""Ctrl-C or SIGTERM: the engine tree was stopped and the transcript closed."""
+
+EPILOG = """exit codes:
+  0    check: clean · deploy/fix: healthy · replay: all decisions match
+  1    check: findings · replay: a decision diverged
+  2    usage error (bad command, unreadable file, bad option)
+  3    deploy/fix: stopped, no flag change can help
+  4    deploy/fix: budget exhausted (launches or time)
+  130  interrupted (the engine was stopped, the transcript closed)
+"""

@@ -1,0 +1,68 @@
+"""Planners turn a failure (a Context) into a Decision. Playbooks first, then the LLM, then a plain stop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from agent.decision import Decision, Stop
+from playbooks.base import Context, Playbook
+
+
+class Planner(Protocol):
+    """Anything that can decide what to do about a failed launch; None means "not mine"."""
+
+    name: str
+
+    def decide(self, ctx: Context) -> Decision | None: ...
+
+
+class PlaybookPlanner:
+    """Runs the playbooks in priority order; the first that recognises the failure decides."""
+
+    name = "playbooks"
+
+    def __init__(self, playbooks: Iterable[Playbook] | None = None) -> None:
+        if playbooks is None:
+            from playbooks.registry import all_playbooks
+
+            playbooks = all_playbooks()
+        self.playbooks: tuple[Playbook, ...] = tuple(sorted(playbooks, key=lambda p: p.priority))
+
+    def decide(self, ctx: Context) -> Decision | None:
+        for pb in self.playbooks:
+            decision = pb.run(ctx)
+            if decision is not None:
+                return decision
+        return None
+
+
+class ChainPlanner:
+    """Asks each planner in turn; if none decides, stops with what is known."""
+
+    name = "chain"
+
+    def __init__(self, planners: Sequence[Planner], notes: Sequence[str] = ()) -> None:
+        self.planners = tuple(planners)
+        self.notes = tuple(notes)
+
+    def decide(self, ctx: Context) -> Decision:
+        for planner in self.planners:
+            decision = planner.decide(ctx)
+            if decision is not None:
+                return decision
+        return no_rule_matched(ctx, self.notes)
+
+
+def no_rule_matched(ctx: Context, notes: Sequence[str] = ()) -> Stop:
+    cause = ctx.root.error_line or ctx.outcome.detail or f"the launch ended: {ctx.outcome.kind}"
+    advice = "Read the evidence lines; if a flag change can fix it, run `specdoctor fix` to try it by hand."
+    if notes:
+        advice += " " + " ".join(notes)
+    return Stop(
+        category="other",
+        summary=f"no playbook recognises this failure: {cause}",
+        advice=advice,
+        evidence=ctx.evidence(),
+        confidence=0.2,
+    )

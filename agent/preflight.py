@@ -1,0 +1,141 @@
+"""Preflight: every static fault of a launch command, found before any GPU time is spent.
+
+Flags first (names, values), then speculative-decoding rules on the command with its flags fixed, then
+what needs this host (model folders, GPUs, the port). Each finding carries the edits that fix it; the
+corrected command applies the fixes of every error and warning.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.decision import Finding
+from agent.spec import Edit, LaunchSpec
+from playbooks.base import SpecView
+from playbooks.flag_checks import check_flags
+from playbooks.host_checks import check_gpu_presence, check_model, check_parallel, check_port
+from playbooks.spec_checks import check_speculative
+from tools.catalog import FlagCatalog
+from tools.gpu import GpuReport
+from tools.system import ModelFacts, model_facts
+
+_ROUNDS = 3
+
+
+class PreflightReport(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    original: LaunchSpec
+    corrected: LaunchSpec
+    findings: tuple[Finding, ...]
+    catalog_note: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def problems(self) -> tuple[Finding, ...]:
+        """Findings that matter (errors and warnings), not notes."""
+        return tuple(f for f in self.findings if f.severity != "info")
+
+    @property
+    def unfixed(self) -> tuple[Finding, ...]:
+        """Errors with no known fix: the launch cannot work as written."""
+        return tuple(f for f in self.findings if f.severity == "error" and not f.edits)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def edits(self) -> tuple[Edit, ...]:
+        return tuple(e for f in self.problems for e in f.edits)
+
+
+def preflight(
+    spec: LaunchSpec,
+    catalog: FlagCatalog,
+    *,
+    gpus: GpuReport | None = None,
+    host: bool = True,
+    catalog_note: str = "",
+) -> PreflightReport:
+    """Check `spec`. `host=False` skips what depends on this machine (paths, port), e.g. for a recorded log."""
+    started = time.perf_counter()
+    findings: list[Finding] = []
+    current = spec
+    seen: set[tuple[str, str | None, str]] = set()
+    for _ in range(_ROUNDS):
+        new = [f for f in _check(current, catalog, gpus, host) if (f.code, f.flag, f.message) not in seen]
+        if not new:
+            break
+        seen.update((f.code, f.flag, f.message) for f in new)
+        findings.extend(new)
+        fixes = [e for f in new if f.severity != "info" for e in f.edits]
+        if not fixes:
+            break
+        current = current.apply_all(fixes, catalog.canonical)
+    return PreflightReport(
+        original=spec,
+        corrected=current,
+        findings=tuple(findings),
+        catalog_note=catalog_note,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def _check(spec: LaunchSpec, catalog: FlagCatalog, gpus: GpuReport | None, host: bool) -> list[Finding]:
+    flags = check_flags(spec, catalog)
+    if any(f.severity == "error" and f.edits for f in flags):
+        return flags  # fix names first: the rules below read flags by their canonical names
+    view = SpecView(spec, catalog)
+    model, draft = facts(view) if host else (None, None)
+    found = flags + check_speculative(spec, catalog, model, draft)
+    if host:
+        found += check_model(view, model)
+        found += check_parallel(view, model, gpus)
+        found += check_port(view)
+        found += check_gpu_presence(view, gpus)
+    return found
+
+
+def facts(view: SpecView) -> tuple[ModelFacts | None, ModelFacts | None]:
+    """config.json facts of the target and the draft model, where they can be read here."""
+    model_path = view.get("--model-path") or (
+        view.spec.positionals()[0] if view.spec.is_serve_cli and view.spec.positionals() else None
+    )
+    draft_path = view.get("--speculative-draft-model-path")
+    return (model_facts(model_path) if model_path else None, model_facts(draft_path) if draft_path else None)
+
+
+def validate_edits(
+    spec: LaunchSpec,
+    edits: Sequence[Edit],
+    catalog: FlagCatalog,
+    *,
+    gpus: GpuReport | None = None,
+    host: bool = True,
+) -> list[str]:
+    """Why these proposed edits are not acceptable (empty when they are): every flag they name must exist,
+    and the command they produce must pass preflight without an error that has no fix."""
+    problems: list[str] = []
+    for e in edits:
+        for name in _flags_named(e):
+            r = catalog.resolve(name)
+            if r.status not in ("exact",):
+                problems.append(
+                    f"{name} is not a flag of SGLang {catalog.version} (use the full name --help lists)"
+                )
+    if problems:
+        return problems
+    after = spec.apply_all(edits, catalog.canonical)
+    if after == spec:
+        return ["the edits do not change the command"]
+    report = preflight(after, catalog, gpus=gpus, host=host)
+    return [f.message for f in report.findings if f.severity == "error"]
+
+
+def _flags_named(edit: Edit) -> list[str]:
+    names = [getattr(edit, "flag", None), getattr(edit, "to", None)]
+    if edit.op == "rename":
+        names = [getattr(edit, "to", None)]
+    return [n for n in names if n]

@@ -1,0 +1,56 @@
+"""Human output: colour through rich on a terminal, plain text otherwise (and rich is then never imported)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import TextIO
+
+from agent.decision import Finding
+from agent.spec import DiffLine
+
+_MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
+_DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
+
+
+class Out:
+    """Writes lines with an optional style; styles are dropped when the stream is not a terminal."""
+
+    def __init__(self, stream: TextIO | None = None, color: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.color = self.stream.isatty() if color is None else color
+        self._console = None
+        if self.color:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self._console is None:
+            print(text, file=self.stream)
+            return
+        from rich.text import Text
+
+        self._console.print(Text(text, style=style or ""))
+
+    def lines(self, texts: Iterable[str], style: str | None = None, indent: str = "") -> None:
+        for t in texts:
+            self.line(indent + t, style)
+
+
+def finding_lines(out: Out, f: Finding) -> None:
+    mark, style = _MARK[f.severity]
+    out.line(f"{mark} {f.severity:<7} {f.message}", style)
+    for e in f.evidence[:2]:
+        out.line(f"          log: {e}", "dim")
+    if f.edits:
+        out.line(f"          fix: {'; '.join(e.describe() for e in f.edits)}", "green")
+    elif f.severity == "error":
+        out.line("          fix: none known; change it by hand", "dim")
+    if f.why:
+        out.line(f"          why: {f.why}", "dim")
+
+
+def diff_lines(out: Out, lines: Sequence[DiffLine], indent: str = "  ") -> None:
+    for d in lines:
+        out.line(indent + d.text(), _DIFF_STYLE[d.change])

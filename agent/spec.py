@@ -1,0 +1,434 @@
+"""LaunchSpec: the launch command as data, and typed edits to it.
+
+A command is kept token-exact: parse a shell line or an argv list, edit it with typed edits, render it
+back to argv (to run) or to a copy-pasteable shell line (to show). Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import PurePath
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+# argparse treats "-1" and "-.5" as values when no option looks like a negative number.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# Interpreter options that take a separate argument (python -X dev, -W error, -c is not allowed).
+_PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+
+SGLANG_MODULES = ("sglang.launch_server",)
+KNOWN_OTHER_ENGINES = {
+    "vllm": "vLLM",
+    "vllm.entrypoints.openai.api_server": "vLLM",
+    "trtllm-serve": "TensorRT-LLM",
+    "lmdeploy": "LMDeploy",
+    "text-generation-launcher": "TGI",
+}
+
+
+class SpecError(ValueError):
+    """A launch command that cannot be understood; the message says what is wrong and what to do."""
+
+
+class Option(BaseModel):
+    """One `--flag [values...]` group as written on the command line."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["option"] = "option"
+    name: str = Field(description="The flag as written, e.g. `--tp` or `--reasoning_parser`.")
+    values: tuple[str, ...] = Field(default=(), description="Values that follow the flag, in order.")
+    inline: bool = Field(default=False, description="Written as `--flag=value` (one value).")
+
+    def tokens(self) -> list[str]:
+        if self.inline and len(self.values) == 1:
+            return [f"{self.name}={self.values[0]}"]
+        return [self.name, *self.values]
+
+
+class Positional(BaseModel):
+    """A bare word in the argument list (e.g. `sglang serve MODEL`)."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["positional"] = "positional"
+    value: str
+
+    def tokens(self) -> list[str]:
+        return [self.value]
+
+
+Arg = Annotated[Option | Positional, Field(discriminator="kind")]
+Canon = Callable[[str], str]
+"""Maps a flag as written to the name it means (alias/prefix resolution); identity without a catalog."""
+
+
+def _same(name: str) -> str:
+    return name
+
+
+class LaunchSpec(BaseModel):
+    """A launch command: environment overrides, the entrypoint, and the ordered arguments."""
+
+    model_config = ConfigDict(frozen=True)
+    env: tuple[tuple[str, str], ...] = Field(default=(), description="`NAME=value` prefixes, in order.")
+    entrypoint: tuple[str, ...] = Field(description="e.g. (`python`, `-m`, `sglang.launch_server`).")
+    args: tuple[Arg, ...] = ()
+
+    # ---- parsing -------------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, command: str | Sequence[str]) -> LaunchSpec:
+        """Parse one shell line or an argv list. Raises SpecError with a one-line reason."""
+        tokens = _split(command) if isinstance(command, str) else list(command)
+        if not tokens or all(not t.strip() for t in tokens):
+            raise SpecError(
+                "empty launch command: give it after `--`, e.g. `-- python -m sglang.launch_server ...`"
+            )
+        env: list[tuple[str, str]] = []
+        i = 0
+        if tokens[0] == "env":
+            i = 1
+        while i < len(tokens) and (m := _ENV_ASSIGN.match(tokens[i])):
+            env.append((m.group(1), m.group(2)))
+            i += 1
+        entry_len = _entrypoint_length(tokens[i:])
+        entrypoint = tuple(tokens[i : i + entry_len])
+        return cls(env=tuple(env), entrypoint=entrypoint, args=tuple(group_args(tokens[i + entry_len :])))
+
+    # ---- rendering -----------------------------------------------------------------------------
+    def argv(self) -> list[str]:
+        """The argument vector to execute (environment not included)."""
+        return [*self.entrypoint, *(t for a in self.args for t in a.tokens())]
+
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def shell(self) -> str:
+        """A copy-pasteable shell line, environment prefixes included."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        return " ".join([*env, *(shlex.quote(t) for t in self.argv())])
+
+    def __str__(self) -> str:
+        return self.shell()
+
+    # ---- reading -------------------------------------------------------------------------------
+    @property
+    def is_serve_cli(self) -> bool:
+        return len(self.entrypoint) >= 2 and self.entrypoint[-1] == "serve"
+
+    @property
+    def interpreter(self) -> str | None:
+        """The python the command runs (`python3`, `/opt/venv/bin/python`), or None for `sglang serve`."""
+        first = self.entrypoint[0]
+        return first if _PYTHON.match(PurePath(first).name) else None
+
+    def options(self) -> list[Option]:
+        return [a for a in self.args if isinstance(a, Option)]
+
+    def positionals(self) -> list[str]:
+        return [a.value for a in self.args if isinstance(a, Positional)]
+
+    def find(self, flag: str, canon: Canon = _same) -> list[Option]:
+        """Every occurrence of `flag`, under any spelling `canon` maps to the same name."""
+        want = canon(flag)
+        return [o for o in self.options() if canon(o.name) == want]
+
+    def has(self, flag: str, canon: Canon = _same) -> bool:
+        return bool(self.find(flag, canon))
+
+    def value(self, flag: str, canon: Canon = _same) -> str | None:
+        """The effective value of a single-valued flag (argparse keeps the last occurrence)."""
+        found = self.find(flag, canon)
+        if not found or not found[-1].values:
+            return None
+        return found[-1].values[-1]
+
+    def values(self, flag: str, canon: Canon = _same) -> tuple[str, ...] | None:
+        found = self.find(flag, canon)
+        return found[-1].values if found else None
+
+    # ---- editing -------------------------------------------------------------------------------
+    def apply(self, edit: Edit, canon: Canon = _same) -> LaunchSpec:
+        return edit.apply_to(self, canon)
+
+    def apply_all(self, edits: Iterable[Edit], canon: Canon = _same) -> LaunchSpec:
+        spec = self
+        for edit in edits:
+            spec = edit.apply_to(spec, canon)
+        return spec
+
+    def with_entrypoint(self, entrypoint: Sequence[str]) -> LaunchSpec:
+        return self.model_copy(update={"entrypoint": tuple(entrypoint)})
+
+
+def _split(line: str) -> list[str]:
+    # Users paste multi-line commands with backslash continuations; shlex handles `\\\n` as whitespace.
+    try:
+        return shlex.split(line, comments=False, posix=True)
+    except ValueError as exc:
+        raise SpecError(f"cannot parse the command line ({exc}): check its quotes") from None
+
+
+def _entrypoint_length(tokens: list[str]) -> int:
+    """How many leading tokens name the program; raises SpecError for anything that is not SGLang."""
+    if not tokens:
+        raise SpecError("the command has environment settings but no program: add the SGLang entrypoint")
+    first = PurePath(tokens[0]).name
+    if _PYTHON.match(first):
+        i = 1
+        while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
+            if tokens[i] == "-c":
+                raise SpecError(
+                    "`python -c` is not a launch command: use `python -m sglang.launch_server ...`"
+                )
+            i += 2 if tokens[i] in _PY_OPTS_WITH_ARG else 1
+        if i + 1 >= len(tokens) or tokens[i] != "-m":
+            raise SpecError(
+                f"`{' '.join(tokens[: i + 1])}` runs a script, not SGLang: use `{tokens[0]} -m sglang.launch_server ...`"
+            )
+        module = tokens[i + 1]
+        if module in SGLANG_MODULES:
+            return i + 2
+        raise SpecError(_unknown_engine(module))
+    if first == "sglang":
+        if len(tokens) > 1 and tokens[1] == "serve":
+            return 2
+        sub = tokens[1] if len(tokens) > 1 else "(nothing)"
+        raise SpecError(f"`sglang {sub}` does not launch a server: use `sglang serve ...`")
+    raise SpecError(_unknown_engine(first))
+
+
+def _unknown_engine(name: str) -> str:
+    engine = KNOWN_OTHER_ENGINES.get(name) or KNOWN_OTHER_ENGINES.get(name.split(".")[0])
+    if engine:
+        return f"{engine} launches are not supported yet; specdoctor drives SGLang (`python -m sglang.launch_server` or `sglang serve`)"
+    return f"unknown engine `{name}`: specdoctor launches SGLang (`python -m sglang.launch_server ...` or `sglang serve ...`)"
+
+
+def group_args(tokens: Sequence[str]) -> list[Option | Positional]:
+    """Group tokens into options with their following values; without a catalog every bare word after a
+    flag is taken as its value (the catalog regroups by nargs later)."""
+    out: list[Option | Positional] = []
+    current: list[str] | None = None
+    name = ""
+    for tok in tokens:
+        if tok.startswith("-") and tok != "-" and not _NEGATIVE_NUMBER.match(tok):
+            if current is not None:
+                out.append(Option(name=name, values=tuple(current)))
+            current = None
+            if tok.startswith("--") and "=" in tok:
+                flag, _, val = tok.partition("=")
+                out.append(Option(name=flag, values=(val,), inline=True))
+            else:
+                name, current = tok, []
+        elif current is not None:
+            current.append(tok)
+        else:
+            out.append(Positional(value=tok))
+    if current is not None:
+        out.append(Option(name=name, values=tuple(current)))
+    return out
+
+
+# ---- edits ---------------------------------------------------------------------------------------
+
+
+class _EditBase(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class SetFlag(_EditBase):
+    """Give a flag these values (a boolean flag has none); added at the end when absent."""
+
+    op: Literal["set"] = "set"
+    flag: str
+    values: tuple[str, ...] = ()
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        want = canon(self.flag)
+        args: list[Option | Positional] = []
+        placed = False
+        for a in spec.args:
+            if isinstance(a, Option) and canon(a.name) == want:
+                if not placed:
+                    inline = a.inline and len(self.values) == 1
+                    args.append(Option(name=self.flag, values=self.values, inline=inline))
+                    placed = True
+                continue
+            args.append(a)
+        if not placed:
+            args.append(Option(name=self.flag, values=self.values))
+        return spec.model_copy(update={"args": tuple(args)})
+
+    def describe(self) -> str:
+        return f"set {' '.join([self.flag, *self.values])}"
+
+
+class RemoveFlag(_EditBase):
+    """Drop every occurrence of a flag."""
+
+    op: Literal["remove"] = "remove"
+    flag: str
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        want = canon(self.flag)
+        kept = tuple(a for a in spec.args if not (isinstance(a, Option) and canon(a.name) == want))
+        return spec.model_copy(update={"args": kept})
+
+    def describe(self) -> str:
+        return f"remove {self.flag}"
+
+
+class RenameFlag(_EditBase):
+    """Respell a flag in place, keeping its values unless new ones are given."""
+
+    op: Literal["rename"] = "rename"
+    flag: str
+    to: str
+    values: tuple[str, ...] | None = None
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        # The old spelling is matched literally first: it is often one the catalog cannot resolve.
+        def hit(o: Option) -> bool:
+            return o.name == self.flag or canon(o.name) == canon(self.flag)
+
+        args: list[Option | Positional] = []
+        for a in spec.args:
+            if isinstance(a, Option) and hit(a):
+                values = a.values if self.values is None else self.values
+                args.append(Option(name=self.to, values=values, inline=a.inline and len(values) == 1))
+            else:
+                args.append(a)
+        return spec.model_copy(update={"args": tuple(args)})
+
+    def describe(self) -> str:
+        tail = "" if self.values is None else " " + " ".join(self.values)
+        return f"rename {self.flag} → {self.to}{tail}"
+
+
+class SetEnv(_EditBase):
+    """Set an environment variable for the launch."""
+
+    op: Literal["set_env"] = "set_env"
+    name: str
+    value: str
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        env = [(k, v) for k, v in spec.env if k != self.name]
+        env.append((self.name, self.value))
+        return spec.model_copy(update={"env": tuple(env)})
+
+    def describe(self) -> str:
+        return f"set env {self.name}={self.value}"
+
+
+class UnsetEnv(_EditBase):
+    """Remove an environment variable from the launch's overrides."""
+
+    op: Literal["unset_env"] = "unset_env"
+    name: str
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        return spec.model_copy(update={"env": tuple((k, v) for k, v in spec.env if k != self.name)})
+
+    def describe(self) -> str:
+        return f"unset env {self.name}"
+
+
+class PositionalToFlag(_EditBase):
+    """Turn a bare word into a flag's value (`launch_server MODEL` → `--model-path MODEL`)."""
+
+    op: Literal["positional_to_flag"] = "positional_to_flag"
+    value: str
+    flag: str
+
+    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+        args: list[Option | Positional] = []
+        for a in spec.args:
+            if isinstance(a, Positional) and a.value == self.value:
+                args.append(Option(name=self.flag, values=(self.value,)))
+            elif isinstance(a, Option) and self.value in a.values and a.values[-1] == self.value:
+                # A bare word the lexer attached to the flag before it.
+                args.append(a.model_copy(update={"values": a.values[:-1]}))
+                args.append(Option(name=self.flag, values=(self.value,)))
+            else:
+                args.append(a)
+        return spec.model_copy(update={"args": tuple(args)})
+
+    def describe(self) -> str:
+        return f"pass {self.value} as {self.flag}"
+
+
+Edit = Annotated[
+    SetFlag | RemoveFlag | RenameFlag | SetEnv | UnsetEnv | PositionalToFlag, Field(discriminator="op")
+]
+
+
+# ---- diff ----------------------------------------------------------------------------------------
+
+
+class DiffLine(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    change: Literal["added", "removed", "changed"]
+    what: str = Field(description="The flag or `env NAME`.")
+    before: str | None = None
+    after: str | None = None
+
+    def text(self) -> str:
+        if self.change == "added":
+            return f"+ {self.what} {self.after or ''}".rstrip()
+        if self.change == "removed":
+            return f"- {self.what} {self.before or ''}".rstrip()
+        return f"~ {self.what} {self.before or ''} → {self.after or ''}"
+
+
+def diff(old: LaunchSpec, new: LaunchSpec, canon: Canon = _same) -> list[DiffLine]:
+    """What changed between two commands, flag by flag, for people to read."""
+    lines: list[DiffLine] = []
+    old_env, new_env = old.env_dict(), new.env_dict()
+    for k in old_env.keys() | new_env.keys():
+        a, b = old_env.get(k), new_env.get(k)
+        if a != b:
+            change = "added" if a is None else "removed" if b is None else "changed"
+            lines.append(DiffLine(change=change, what=f"env {k}", before=a, after=b))
+    if old.entrypoint != new.entrypoint:
+        lines.append(
+            DiffLine(
+                change="changed",
+                what="program",
+                before=" ".join(old.entrypoint),
+                after=" ".join(new.entrypoint),
+            )
+        )
+    before = _flag_table(old, canon)
+    after = _flag_table(new, canon)
+    for key in [*before, *(k for k in after if k not in before)]:
+        a, b = before.get(key), after.get(key)
+        if a == b:
+            continue
+        if a is None and b is not None:
+            lines.append(DiffLine(change="added", what=b[0], after=b[1]))
+        elif b is None and a is not None:
+            lines.append(DiffLine(change="removed", what=a[0], before=a[1]))
+        elif a is not None and b is not None:
+            what = a[0] if a[0] == b[0] else f"{a[0]} → {b[0]}"
+            lines.append(DiffLine(change="changed", what=what, before=a[1], after=b[1]))
+    old_pos, new_pos = old.positionals(), new.positionals()
+    if old_pos != new_pos:
+        lines.append(
+            DiffLine(change="changed", what="positional", before=" ".join(old_pos), after=" ".join(new_pos))
+        )
+    return lines
+
+
+def _flag_table(spec: LaunchSpec, canon: Canon) -> dict[str, tuple[str, str]]:
+    table: dict[str, tuple[str, str]] = {}
+    for o in spec.options():
+        table[canon(o.name)] = (o.name, " ".join(o.values))
+    return table

@@ -1,0 +1,237 @@
+"""What a playbook sees, and how one is declared.
+
+A playbook is a small pure function of (context, match) that returns a Decision, or None when the failure
+is not the one it knows. It never guesses: when nothing is close it returns None and the next planner
+(another playbook, the LLM, or a plain stop) gets its turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TypeVar
+
+from agent.decision import Category, Decision, Finding, Fix, Stop
+from agent.outcome import Outcome, OutcomeKind
+from agent.spec import Edit, LaunchSpec
+from tools.catalog import FlagCatalog
+from tools.flag_synonyms import VALUE_SYNONYMS
+from tools.gpu import GpuReport
+from tools.log_cause import RootCause
+from tools.system import ModelFacts
+
+_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def as_int(text: str | None) -> int | None:
+    """An int as SGLang reads it (also `32k`, `1Mi`), or None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|k|K|M|G)?\s*", text)
+    if not m:
+        return None
+    number = float(m.group(1)) * _SUFFIX.get(m.group(2) or "", 1)
+    return int(number) if number == int(number) else None
+
+
+def as_float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+class SpecView:
+    """Read a command by canonical flag name, whatever spelling or abbreviation it uses."""
+
+    def __init__(self, spec: LaunchSpec, catalog: FlagCatalog) -> None:
+        self.spec = spec
+        self.catalog = catalog
+
+    def canon(self, name: str) -> str:
+        return self.catalog.canonical(name)
+
+    def has(self, flag: str) -> bool:
+        return self.spec.has(flag, self.canon)
+
+    def get(self, flag: str) -> str | None:
+        return self.spec.value(flag, self.canon)
+
+    def int(self, flag: str) -> int | None:
+        return as_int(self.get(flag))
+
+    def float(self, flag: str) -> float | None:
+        return as_float(self.get(flag))
+
+    def env(self, name: str) -> str | None:
+        return self.spec.env_dict().get(name)
+
+    def truthy_env(self, name: str) -> bool:
+        return (self.env(name) or "").lower() in ("1", "true", "yes", "on")
+
+    @property
+    def algorithm(self) -> str | None:
+        """The speculative algorithm as SGLang resolves it (upper-cased, vLLM names mapped)."""
+        raw = self.get("--speculative-algorithm")
+        if raw is None:
+            return None
+        upper = raw.upper()
+        return VALUE_SYNONYMS["--speculative-algorithm"].get(upper, upper)
+
+    @property
+    def tp(self) -> int:
+        return self.int("--tp-size") or 1
+
+    @property
+    def attention_dp(self) -> bool:
+        return self.has("--enable-dp-attention") or (self.int("--attn-dp-size") or 1) > 1
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a playbook may look at. All of it is data already gathered; nothing here runs."""
+
+    spec: LaunchSpec
+    catalog: FlagCatalog
+    outcome: Outcome
+    root: RootCause
+    log_text: str = ""
+    gpus: GpuReport | None = None
+    model: ModelFacts | None = None
+    draft: ModelFacts | None = None
+    tried: tuple[LaunchSpec, ...] = ()
+    findings: tuple[Finding, ...] = field(default=())
+
+    @cached_property
+    def view(self) -> SpecView:
+        return SpecView(self.spec, self.catalog)
+
+    @cached_property
+    def search_text(self) -> str:
+        """The text trigger patterns are searched in: the root-cause block, then the compacted log."""
+        parts = [self.root.error_line or "", *self.root.block, self.root.wrapper or "", self.log_text]
+        return "\n".join(p for p in parts if p)
+
+    def evidence(self, *patterns: str, limit: int = 4) -> tuple[str, ...]:
+        """Log lines matching any pattern (the root-cause line first), for the user to see."""
+        lines: list[str] = []
+        if self.root.error_line:
+            lines.append(self.root.error_line.strip())
+        for line in self.search_text.splitlines():
+            text = line.strip()
+            if text and text not in lines and any(re.search(p, text) for p in patterns):
+                lines.append(text)
+        return tuple(lines[:limit])
+
+    def already_tried(self, edits: Iterable[Edit]) -> bool:
+        candidate = self.spec.apply_all(edits, self.view.canon)
+        return candidate == self.spec or candidate in self.tried
+
+
+# ---- declaring playbooks ---------------------------------------------------------------------------
+
+PlaybookFn = Callable[[Context, "re.Match[str] | None"], Decision | None]
+
+
+@dataclass(frozen=True)
+class Playbook:
+    id: str
+    category: Category
+    when: frozenset[OutcomeKind]
+    pattern: re.Pattern[str] | None
+    fn: PlaybookFn
+    doc: str
+    priority: int = 50
+    source: str = "builtin"
+
+    def match(self, ctx: Context) -> re.Match[str] | bool | None:
+        """The trigger's match, True when there is no pattern, False when it does not apply."""
+        if ctx.outcome.kind not in self.when:
+            return False
+        if self.pattern is None:
+            return True
+        return self.pattern.search(ctx.search_text) or False
+
+    def run(self, ctx: Context) -> Decision | None:
+        m = self.match(ctx)
+        if m is False:
+            return None
+        decision = self.fn(ctx, m if isinstance(m, re.Match) else None)
+        if decision is not None and decision.playbook is None:
+            decision = decision.model_copy(update={"playbook": self.id})
+        return decision
+
+
+REGISTRY: list[Playbook] = []
+F = TypeVar("F", bound=PlaybookFn)
+
+
+def playbook(
+    id: str,
+    category: Category,
+    when: Sequence[OutcomeKind] = ("exited",),
+    pattern: str | None = None,
+    priority: int = 50,
+) -> Callable[[F], F]:
+    """Register a playbook: it runs when the outcome kind is in `when` and `pattern` is found."""
+
+    def register(fn: F) -> F:
+        REGISTRY.append(
+            Playbook(
+                id=id,
+                category=category,
+                when=frozenset(when),
+                pattern=re.compile(pattern, re.M) if pattern else None,
+                fn=fn,
+                doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                priority=priority,
+            )
+        )
+        return fn
+
+    return register
+
+
+def fix(
+    ctx: Context,
+    edits: Sequence[Edit],
+    category: Category,
+    summary: str,
+    why: str = "",
+    evidence: Sequence[str] = (),
+    confidence: float = 0.9,
+    playbook_id: str | None = None,
+) -> Fix | None:
+    """A Fix, unless its command was already tried (then this playbook has nothing new to offer)."""
+    if not edits or ctx.already_tried(edits):
+        return None
+    return Fix(
+        edits=tuple(edits),
+        category=category,
+        summary=summary,
+        why=why,
+        evidence=tuple(evidence) or ctx.evidence(),
+        confidence=confidence,
+        playbook=playbook_id,
+    )
+
+
+def stop(
+    ctx: Context,
+    category: Category,
+    summary: str,
+    advice: str,
+    evidence: Sequence[str] = (),
+    confidence: float = 0.85,
+    playbook_id: str | None = None,
+) -> Stop:
+    return Stop(
+        category=category,
+        summary=summary,
+        advice=advice,
+        evidence=tuple(evidence) or ctx.evidence(),
+        confidence=confidence,
+        playbook=playbook_id,
+    )

@@ -1,0 +1,410 @@
+"""Static checks of flag names and values against the engine's flag catalog.
+
+The same checks run before a launch (preflight) and after SGLang's argparse rejected a command (the
+flags playbook), so the two can never disagree about what a flag means.
+"""
+
+from __future__ import annotations
+
+import json
+from difflib import SequenceMatcher
+
+from agent.decision import Finding
+from agent.spec import Edit, LaunchSpec, Option, PositionalToFlag, RemoveFlag, RenameFlag, SetFlag
+from playbooks.base import as_float, as_int
+from playbooks.translate import translate_synonym
+from tools.catalog import FlagCatalog, Resolution
+from tools.flag_synonyms import VALUE_SYNONYMS
+from tools.help_parser import FlagInfo
+
+
+def check_flags(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+    """Every flag-level fault of `spec` for this catalog's engine version, each with its fix if known."""
+    findings: list[Finding] = []
+    for opt in spec.options():
+        resolution = catalog.resolve(opt.name)
+        findings.extend(_name_findings(opt, resolution, spec, catalog))
+        if resolution.flag is not None and resolution.status != "synonym":
+            findings.extend(_value_findings(opt, resolution.flag, spec))
+    findings.extend(_positional_findings(spec, catalog))
+    return findings
+
+
+# ---- names -----------------------------------------------------------------------------------------
+
+
+def _name_findings(opt: Option, r: Resolution, spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+    name = opt.name
+    if r.status == "exact":
+        return _deprecation(opt, r.flag) if r.flag and r.flag.deprecated else []
+    if r.status == "prefix" and r.flag is not None:
+        target = r.flag.negation if r.negated and r.flag.negation else r.flag.name
+        return [
+            Finding(
+                code="abbreviated-flag",
+                severity="warning",
+                category="flag-name",
+                flag=name,
+                message=f"{name} is an abbreviation of {target}: SGLang accepts it only while no other flag starts the same way",
+                edits=(RenameFlag(flag=name, to=target),),
+                why=f"argparse expands unique prefixes; {target} is the full name and keeps working when flags are added",
+            )
+        ]
+    if r.status == "underscore" and r.flag is not None:
+        target = r.flag.negation if r.negated and r.flag.negation else r.flag.name
+        return [
+            Finding(
+                code="underscore-flag",
+                severity="error",
+                category="flag-name",
+                flag=name,
+                message=f"SGLang does not accept {name}: its flags are spelled with dashes ({target})",
+                evidence=(f"error: unrecognized arguments: {' '.join(opt.tokens())}",),
+                edits=(RenameFlag(flag=name, to=target),),
+                why=f"{target} is the same option with dashes",
+            )
+        ]
+    if r.status == "synonym" and r.synonym is not None:
+        return [translate_synonym(opt, r.synonym, spec, catalog)]
+    if r.status == "ambiguous":
+        return [_ambiguous(opt, r)]
+    return [_unknown(opt, r, catalog)]
+
+
+def _ambiguous(opt: Option, r: Resolution) -> Finding:
+    shown = ", ".join(r.candidates[:6]) + (" ..." if len(r.candidates) > 6 else "")
+    best = r.confident
+    edits: tuple[Edit, ...] = (RenameFlag(flag=opt.name, to=best.flag),) if best else ()
+    return Finding(
+        code="ambiguous-flag",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} is ambiguous: it could match {shown}",
+        evidence=(f"error: ambiguous option: {opt.name} could match {', '.join(r.candidates)}",),
+        edits=edits,
+        why=f"{best.flag} is the closest full name (score {best.score:.2f})" if best else "",
+        confidence=best.score if best else 0.0,
+    )
+
+
+def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
+    best = r.confident
+    evidence = (f"error: unrecognized arguments: {' '.join(opt.tokens())}",)
+    if best is not None:
+        return Finding(
+            code="unknown-flag",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"SGLang {catalog.version} has no flag {opt.name}; the closest is {best.flag}",
+            evidence=evidence,
+            edits=(RenameFlag(flag=opt.name, to=best.flag),),
+            why=f"{best.flag} is the flag --help lists for it (similarity {best.score:.2f})",
+            confidence=best.score,
+        )
+    hint = "; did you mean " + " or ".join(s.flag for s in r.suggestions) + "?" if r.suggestions else ""
+    return Finding(
+        code="unknown-flag",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"SGLang {catalog.version} has no flag {opt.name}{hint} (no confident match: remove or rename it)",
+        evidence=evidence,
+        confidence=0.0,
+    )
+
+
+_DEPRECATED_REPLACEMENTS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "--disable-cuda-graph": (
+        ("--cuda-graph-backend-decode", ("disabled",)),
+        ("--cuda-graph-backend-prefill", ("disabled",)),
+    ),
+}
+
+
+def _deprecation(opt: Option, flag: FlagInfo | None) -> list[Finding]:
+    if flag is None:
+        return []
+    replacement = _DEPRECATED_REPLACEMENTS.get(flag.name, ())
+    edits: tuple[Edit, ...] = ()
+    if replacement:
+        edits = (RemoveFlag(flag=opt.name), *(SetFlag(flag=f, values=v) for f, v in replacement))
+    return [
+        Finding(
+            code="deprecated-flag",
+            severity="info",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} still works but is deprecated: {flag.help}",
+            edits=edits,
+        )
+    ]
+
+
+# ---- values ----------------------------------------------------------------------------------------
+
+
+def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchSpec) -> list[Finding]:
+    values = opt.values
+    if flag.nargs == 0:
+        return _switch_with_values(opt, spec) if values else []
+    count = _count_problem(opt, flag)
+    if count is not None:
+        return [count]
+    found: list[Finding] = []
+    for value in values:
+        if flag.choices is not None:
+            found.extend(_choice(opt, flag, value))
+        else:
+            found.extend(_typed(opt, flag, value))
+    return found
+
+
+def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
+    n = len(opt.values)
+    if (n == 0 and flag.nargs in (None, "+")) or (isinstance(flag.nargs, int) and n < flag.nargs):
+        return Finding(
+            code="missing-value",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} needs a value ({flag.usage()})",
+            evidence=(f"error: argument {flag.name}: expected one argument",),
+        )
+    if (flag.nargs in (None, "?") and n > 1) or (isinstance(flag.nargs, int) and n > flag.nargs):
+        keep = 1 if flag.nargs in (None, "?") else int(flag.nargs)  # type: ignore[arg-type]
+        extra = " ".join(opt.values[keep:])
+        return Finding(
+            code="extra-values",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} takes {keep} value(s); SGLang rejects the rest: {extra}",
+            evidence=(f"error: unrecognized arguments: {extra}",),
+            edits=(SetFlag(flag=opt.name, values=opt.values[:keep]),),
+            why="the extra words are not arguments SGLang knows",
+            confidence=0.6,
+        )
+    return None
+
+
+def _switch_with_values(opt: Option, spec: LaunchSpec) -> list[Finding]:
+    # `--trust-remote-code true` or a bare word after a switch; the word is a stray positional.
+    stray = " ".join(opt.values)
+    truthy = len(opt.values) == 1 and opt.values[0].lower() in ("true", "false", "1", "0", "yes", "no")
+    if truthy:
+        on = opt.values[0].lower() in ("true", "1", "yes")
+        edit: Edit = SetFlag(flag=opt.name) if on else RemoveFlag(flag=opt.name)
+        return [
+            Finding(
+                code="switch-with-value",
+                severity="error",
+                category="flag-name",
+                flag=opt.name,
+                message=f"{opt.name} is a switch and takes no value; `{stray}` would be an unrecognized argument",
+                evidence=(f"error: unrecognized arguments: {stray}",),
+                edits=(edit,),
+                why=f"give {opt.name} alone to turn it on, leave it out to turn it off",
+            )
+        ]
+    if spec.is_serve_cli:
+        return []
+    return [
+        Finding(
+            code="stray-argument",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} takes no value; `{stray}` is an argument SGLang does not accept here",
+            evidence=(f"error: unrecognized arguments: {stray}",),
+        )
+    ]
+
+
+def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
+    choices = flag.choices or ()
+    if value in choices:
+        return []
+    target = _closest_choice(flag.name, value, choices)
+    listed = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
+    evidence = (f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",)
+    message = f"{opt.name} {value} is not one of SGLang's choices ({listed})"
+    if target is None:
+        return [
+            Finding(
+                code="invalid-choice",
+                severity="error",
+                category="invalid-choice",
+                flag=opt.name,
+                message=message,
+                evidence=evidence,
+                confidence=0.0,
+            )
+        ]
+    values = tuple(target if v == value else v for v in opt.values)
+    return [
+        Finding(
+            code="invalid-choice",
+            severity="error",
+            category="invalid-choice",
+            flag=opt.name,
+            message=f"{message}; the closest is {target}",
+            evidence=evidence,
+            edits=(SetFlag(flag=opt.name, values=values),),
+            why=f"{target} is the choice SGLang spells for `{value}`",
+        )
+    ]
+
+
+def _closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | None:
+    mapped = VALUE_SYNONYMS.get(flag, {}).get(value) or VALUE_SYNONYMS.get(flag, {}).get(value.upper())
+    if mapped in choices:
+        return mapped
+    folded = [
+        c for c in choices if c.lower() == value.lower() or c.replace("-", "_") == value.replace("-", "_")
+    ]
+    if len(folded) == 1:
+        return folded[0]
+    extended = [c for c in choices if c.lower().startswith(value.lower())]
+    if len(value) >= 3 and len(extended) == 1:
+        return extended[0]
+    ranked = sorted(
+        ((SequenceMatcher(None, value.lower(), c.lower()).ratio(), c) for c in choices), reverse=True
+    )
+    if ranked and ranked[0][0] >= 0.8 and (len(ranked) == 1 or ranked[0][0] - ranked[1][0] >= 0.08):
+        return ranked[0][1]
+    return None
+
+
+def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
+    kind = flag.value_type
+    ok = {
+        "int": lambda v: _is_int(v),
+        "human_readable_int": lambda v: as_int(v) is not None,
+        "float": lambda v: as_float(v) is not None,
+        "json": _is_json,
+    }.get(kind or "")
+    problems: list[Finding] = []
+    if ok is not None and not ok(value):
+        what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
+        problems.append(
+            Finding(
+                code="bad-value",
+                severity="error",
+                category="flag-name",
+                flag=opt.name,
+                message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`",
+                evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
+                confidence=0.0,
+            )
+        )
+    problems.extend(_range(opt, flag, value))
+    return problems
+
+
+def _is_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _range(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
+    number = as_float(value)
+    if number is None:
+        return []
+    if flag.name == "--mem-fraction-static" and not 0 < number <= 1:
+        fixed = number / 100 if 1 < number <= 100 else None
+        return [
+            Finding(
+                code="bad-value",
+                severity="error",
+                category="oom",
+                flag=opt.name,
+                message=f"--mem-fraction-static is a fraction of GPU memory in (0, 1], got {value}",
+                edits=(SetFlag(flag=opt.name, values=(f"{fixed:g}",)),) if fixed else (),
+                why=f"{value} reads as a percentage: {fixed:g}" if fixed else "",
+                confidence=0.8,
+            )
+        ]
+    if flag.name in ("--tp-size", "--pp-size", "--dp-size") and number < 1:
+        return [
+            Finding(
+                code="bad-value",
+                severity="error",
+                category="tp-config",
+                flag=opt.name,
+                message=f"{flag.name} must be at least 1, got {value}",
+                edits=(SetFlag(flag=opt.name, values=("1",)),),
+                why="a parallel size of 1 means no splitting",
+                confidence=0.7,
+            )
+        ]
+    if flag.name == "--port" and not 0 < number < 65536:
+        return [
+            Finding(
+                code="bad-value",
+                severity="error",
+                category="port-in-use",
+                flag=opt.name,
+                message=f"--port {value} is not a TCP port (1-65535); SGLang does not check it and fails after loading",
+                edits=(RemoveFlag(flag=opt.name),),
+                why="without --port SGLang listens on 30000",
+                confidence=0.7,
+            )
+        ]
+    return []
+
+
+# ---- positionals and required flags ----------------------------------------------------------------
+
+
+def _positional_findings(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+    model_flag = catalog.get("--model-path")
+    if model_flag is None or spec.has("--model-path", catalog.canonical):
+        return []
+    words = spec.positionals() or _attached_words(spec, catalog)
+    if spec.is_serve_cli and spec.positionals():
+        return []
+    if words:
+        return [
+            Finding(
+                code="positional-model",
+                severity="error",
+                category="flag-name",
+                flag=None,
+                message=f"`{' '.join(spec.entrypoint)}` takes the model as --model-path, not as a bare `{words[0]}`",
+                evidence=("error: the following arguments are required: --model-path/--model",),
+                edits=(PositionalToFlag(value=words[0], flag="--model-path"),),
+                why="only `sglang serve` accepts a positional model",
+            )
+        ]
+    return [
+        Finding(
+            code="missing-model",
+            severity="error",
+            category="model-path",
+            message="no --model-path: SGLang needs the model folder or Hub repo id",
+            evidence=("error: the following arguments are required: --model-path/--model",),
+        )
+    ]
+
+
+def _attached_words(spec: LaunchSpec, catalog: FlagCatalog) -> list[str]:
+    """Bare words the lexer attached to a switch (`--trust-remote-code MODEL`)."""
+    words: list[str] = []
+    for opt in spec.options():
+        flag = catalog.resolve(opt.name).flag
+        if flag is not None and flag.nargs == 0 and opt.values:
+            words.extend(opt.values)
+    return words

@@ -1,0 +1,179 @@
+"""Checks that need this machine: model folders, their config.json, GPUs, ports."""
+
+from __future__ import annotations
+
+import os
+
+from agent.decision import Finding
+from agent.spec import Edit, SetFlag
+from playbooks.base import SpecView
+from tools.gpu import GpuReport
+from tools.system import ModelFacts, find_free_port, port_is_free
+
+DEFAULT_PORT = 30000
+
+
+def check_model(view: SpecView, model: ModelFacts | None) -> list[Finding]:
+    if model is None:
+        return []
+    path = model.path
+    if model.local and not model.exists:
+        return [
+            Finding(
+                code="model-missing",
+                severity="error",
+                category="model-path",
+                message=f"model folder {path} does not exist",
+            )
+        ]
+    if model.local and not model.has_config:
+        return [
+            Finding(
+                code="model-no-config",
+                severity="error",
+                category="model-path",
+                message=f"model {path}: {model.error}",
+            )
+        ]
+    if not model.local and not model.exists and view.truthy_env("HF_HUB_OFFLINE"):
+        return [
+            Finding(
+                code="model-offline",
+                severity="error",
+                category="model-path",
+                message=f"{path} is a Hub repo id, HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache",
+            )
+        ]
+    found: list[Finding] = []
+    if model.auto_map and not view.has("--trust-remote-code"):
+        found.append(
+            Finding(
+                code="needs-remote-code",
+                severity="error",
+                category="trust-remote-code",
+                message=f"{path} ships its own model code (auto_map in config.json); loading it needs --trust-remote-code",
+                edits=(SetFlag(flag="--trust-remote-code"),),
+                why="transformers refuses custom code unless allowed",
+                confidence=0.85,
+            )
+        )
+    found.extend(_context_length(view, model))
+    return found
+
+
+def _context_length(view: SpecView, model: ModelFacts) -> list[Finding]:
+    asked = view.int("--context-length")
+    limit = model.max_position_embeddings
+    if (
+        asked is None
+        or limit is None
+        or asked <= limit
+        or view.truthy_env("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+    ):
+        return []
+    edits: tuple[Edit, ...] = (SetFlag(flag="--context-length", values=(str(limit),)),)
+    return [
+        Finding(
+            code="context-too-long",
+            severity="error",
+            category="context-length",
+            message=f"--context-length {asked} is above the model's {limit} (max_position_embeddings); SGLang raises ValueError",
+            edits=edits,
+            why=f"{limit} is the longest context the model was built for; set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+            "instead only if its RoPE scaling really supports more",
+            confidence=0.8,
+        )
+    ]
+
+
+def visible_gpus(view: SpecView, gpus: GpuReport | None) -> int | None:
+    """How many GPUs the launch will see: the node's, narrowed by CUDA_VISIBLE_DEVICES."""
+    if gpus is None or not gpus.ok:
+        return None
+    mask = view.env("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        mask = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus.source != "described" else None
+    if mask is None:
+        return gpus.count
+    return len([d for d in mask.split(",") if d.strip()])
+
+
+def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | None) -> list[Finding]:
+    tp = view.tp
+    pp = view.int("--pp-size") or 1
+    found: list[Finding] = []
+    heads = model.num_attention_heads if model else None
+    visible = visible_gpus(view, gpus)
+    if visible is not None and tp * pp > visible:
+        best = _largest_tp(visible // pp, heads)
+        found.append(
+            Finding(
+                code="tp-above-gpus",
+                severity="error",
+                category="tp-config",
+                message=f"--tp-size {tp}{f' × --pp-size {pp}' if pp > 1 else ''} needs {tp * pp} GPUs; this launch sees {visible}",
+                evidence=(gpus.summary(),) if gpus else (),
+                edits=(SetFlag(flag="--tp-size", values=(str(best),)),) if best else (),
+                why=f"{best} is the largest TP size that fits the visible GPUs{' and divides the attention heads' if heads else ''}; "
+                "the model must still fit in their memory"
+                if best
+                else "",
+                confidence=0.7,
+            )
+        )
+    elif heads and heads % tp:
+        best = _largest_tp(tp, heads)
+        found.append(
+            Finding(
+                code="tp-heads",
+                severity="error",
+                category="tp-config",
+                message=f"--tp-size {tp} does not divide the model's {heads} attention heads",
+                edits=(SetFlag(flag="--tp-size", values=(str(best),)),) if best and best > 1 else (),
+                why=f"{best} divides {heads}" if best else "",
+                confidence=0.6,
+            )
+        )
+    return found
+
+
+def _largest_tp(limit: int, heads: int | None) -> int | None:
+    for tp in range(limit, 0, -1):
+        if tp & (tp - 1) == 0 and (heads is None or heads % tp == 0):
+            return tp
+    return None
+
+
+def check_port(view: SpecView) -> list[Finding]:
+    port = view.int("--port") or DEFAULT_PORT
+    host = view.get("--host") or "127.0.0.1"
+    if not 0 < port < 65536 or port_is_free(port, host):
+        return []
+    free = find_free_port(port + 10, host)
+    return [
+        Finding(
+            code="port-busy",
+            severity="error",
+            category="port-in-use",
+            message=f"port {port} on {host} is already taken: SGLang would load the model, fail to bind, and hang",
+            edits=(SetFlag(flag="--port", values=(str(free),)),) if free else (),
+            why=f"{free} is free; SGLang also uses a few ports above --port, hence the gap" if free else "",
+            evidence=(
+                f"[Errno 98] error while attempting to bind on address ('{host}', {port}): address already in use",
+            ),
+        )
+    ]
+
+
+def check_gpu_presence(view: SpecView, gpus: GpuReport | None) -> list[Finding]:
+    if gpus is None or gpus.ok or view.get("--device") == "cpu":
+        return []
+    return [
+        Finding(
+            code="no-gpu",
+            severity="warning",
+            category="driver-cuda",
+            message=f"no usable NVIDIA GPU: {gpus.message}",
+            evidence=(gpus.message,),
+        )
+    ]

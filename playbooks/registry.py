@@ -1,0 +1,16 @@
+"""All playbooks: the built-in families (registered on import) plus a user's YAML rules."""
+
+from __future__ import annotations
+
+from playbooks.base import REGISTRY, Playbook
+
+_FAMILIES = ()
+
+
+def all_playbooks() -> list[Playbook]:
+    """The built-in playbooks, each family module imported once so its decorators register."""
+    import importlib
+
+    for name in _FAMILIES:
+        importlib.import_module(f"playbooks.{name}")
+    return list(REGISTRY)

@@ -1,0 +1,229 @@
+"""Rewrite a vLLM (or older SGLang) flag into what the installed SGLang means by it.
+
+Most are renames. A few change shape: vLLM's speculative flags describe a chain of N proposed tokens,
+which SGLang spells as three related flags, and `--speculative-config` packs several flags into JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from agent.decision import Finding
+from agent.spec import Edit, LaunchSpec, Option, RemoveFlag, RenameFlag, SetFlag
+from playbooks.base import SpecView, as_int
+from tools.catalog import FlagCatalog
+from tools.flag_synonyms import Synonym
+from tools.system import model_facts
+
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+_VLLM_METHODS = {
+    "eagle3": "EAGLE3",
+    "eagle": "EAGLE",
+    "mtp": "NEXTN",
+    "deepseek_mtp": "NEXTN",
+    "ngram": "NGRAM",
+    "ngram_gpu": "NGRAM",
+    "draft_model": "STANDALONE",
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
+}
+
+Translation = tuple[tuple[Edit, ...], str]
+"""Edits and the sentence that explains them."""
+
+
+def translate_synonym(opt: Option, syn: Synonym, spec: LaunchSpec, catalog: FlagCatalog) -> Finding:
+    where = "vLLM" if syn.origin == "vllm" else "an older SGLang"
+    rule = _RULES.get(syn.translate or "")
+    if rule is not None:
+        edits, why = rule(opt, spec, catalog)
+    elif syn.target is None:
+        edits, why = (
+            (RemoveFlag(flag=opt.name),),
+            f"SGLang has no counterpart: {syn.note}" if syn.note else "SGLang has no counterpart",
+        )
+    else:
+        edits, why = (RenameFlag(flag=opt.name, to=syn.target),), f"{syn.target} is SGLang's name for it"
+        if syn.note:
+            why += f" ({syn.note})"
+    target = f"; SGLang spells it {syn.target}" if syn.target else ""
+    return Finding(
+        code="foreign-flag",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} is {where}'s flag, unknown to SGLang {catalog.version}{target}",
+        evidence=(f"error: unrecognized arguments: {' '.join(opt.tokens())}",),
+        edits=edits,
+        why=why,
+        confidence=0.9 if edits else 0.0,
+    )
+
+
+def _algorithm_after(spec: LaunchSpec, catalog: FlagCatalog) -> str | None:
+    """The algorithm the command will have once its vLLM speculative flags are translated."""
+    view = SpecView(spec, catalog)
+    if view.algorithm:
+        return view.algorithm
+    for opt in spec.options():
+        if opt.name == "--speculative-model" and opt.values and "ngram" in opt.values[0].lower():
+            return "NGRAM"
+        if opt.name in ("--speculative-config", "--spec-method") and opt.values:
+            method = (
+                _config(opt.values[0]).get("method") if opt.name == "--speculative-config" else opt.values[0]
+            )
+            if isinstance(method, str):
+                return _VLLM_METHODS.get(method.lower(), method.upper())
+    return None
+
+
+def chain_edits(tokens: int, spec: LaunchSpec, catalog: FlagCatalog, algorithm: str | None) -> Translation:
+    """SGLang flags for `tokens` draft tokens verified per step, consistent with SGLang's rules."""
+    view = SpecView(spec, catalog)
+    if algorithm not in EAGLE_FAMILY:
+        return (SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),)),), (
+            f"--speculative-num-draft-tokens {tokens} is how many tokens {algorithm or 'the drafter'} proposes for verification"
+        )
+    topk = view.int("--speculative-eagle-topk") or 1
+    edits: list[Edit] = [SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),))]
+    if topk == 1:
+        steps = max(tokens - 1, 1)
+        why = (
+            f"--speculative-num-draft-tokens {tokens}; with --speculative-eagle-topk 1 SGLang forces the draft-token "
+            f"count to --speculative-num-steps + 1, so it needs --speculative-num-steps {steps} (giving topk or "
+            f"draft tokens without num-steps is rejected). vLLM's exact chain of {tokens} proposals would be "
+            f"--speculative-num-steps {tokens} --speculative-num-draft-tokens {tokens + 1}"
+        )
+    else:
+        steps = next(s for s in range(1, tokens + 1) if topk + (s - 1) * topk * topk >= tokens - 1)
+        why = (
+            f"--speculative-num-draft-tokens {tokens} with --speculative-eagle-topk {topk} needs --speculative-num-steps; "
+            f"{steps} is the fewest steps whose tree ({topk} + (steps-1)·{topk}²) holds {tokens - 1} candidates"
+        )
+    if view.int("--speculative-num-steps") is None:
+        edits.append(SetFlag(flag="--speculative-num-steps", values=(str(steps),)))
+    if not view.has("--speculative-eagle-topk"):
+        edits.append(SetFlag(flag="--speculative-eagle-topk", values=("1",)))
+    return tuple(edits), why
+
+
+def _speculative_tokens(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    n = as_int(opt.values[0]) if opt.values else None
+    if n is None or n < 1:
+        return (RemoveFlag(flag=opt.name),), "no usable token count was given"
+    edits, why = chain_edits(n, spec, catalog, _algorithm_after(spec, catalog))
+    return (RemoveFlag(flag=opt.name), *edits), why
+
+
+def _speculative_model(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    value = opt.values[0] if opt.values else ""
+    view = SpecView(spec, catalog)
+    if "ngram" in value.lower():
+        edits: list[Edit] = [RemoveFlag(flag=opt.name)]
+        if view.algorithm != "NGRAM":
+            edits.append(SetFlag(flag="--speculative-algorithm", values=("NGRAM",)))
+        return tuple(
+            edits
+        ), "vLLM's `[ngram]` draft is SGLang's --speculative-algorithm NGRAM (prompt lookup, no draft model)"
+    edits = [RenameFlag(flag=opt.name, to="--speculative-draft-model-path")]
+    if view.algorithm is None:
+        algorithm = draft_algorithm(value)
+        edits.append(SetFlag(flag="--speculative-algorithm", values=(algorithm,)))
+        return (
+            tuple(edits),
+            f"the draft model goes to --speculative-draft-model-path; its kind gives --speculative-algorithm {algorithm}",
+        )
+    return tuple(edits), "the draft model goes to --speculative-draft-model-path"
+
+
+def draft_algorithm(path: str) -> str:
+    """EAGLE3 / EAGLE / STANDALONE for a draft, from its config.json, else its name."""
+    kind = model_facts(path).draft_kind
+    if kind:
+        return kind
+    name = path.lower()
+    if "eagle3" in name or "eagle-3" in name:
+        return "EAGLE3"
+    return "EAGLE" if "eagle" in name else "STANDALONE"
+
+
+def _config(raw: str) -> dict:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _speculative_config(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    data = _config(opt.values[0]) if opt.values else {}
+    if not data:
+        return (), "--speculative-config is not a JSON object; write SGLang's --speculative-* flags instead"
+    edits: list[Edit] = [RemoveFlag(flag=opt.name)]
+    said: list[str] = []
+    model = data.get("model")
+    method = data.get("method")
+    algorithm = (
+        _VLLM_METHODS.get(str(method).lower()) if method else (draft_algorithm(model) if model else None)
+    )
+    if algorithm:
+        edits.append(SetFlag(flag="--speculative-algorithm", values=(algorithm,)))
+        said.append(f"method {method or 'from the draft'} → --speculative-algorithm {algorithm}")
+    if isinstance(model, str):
+        edits.append(SetFlag(flag="--speculative-draft-model-path", values=(model,)))
+        said.append("model → --speculative-draft-model-path")
+    tokens = data.get("num_speculative_tokens")
+    if isinstance(tokens, int) and tokens > 0:
+        more, why = chain_edits(tokens, spec, catalog, algorithm)
+        edits.extend(more)
+        said.append(why)
+    dropped = sorted(set(data) - {"method", "model", "num_speculative_tokens"})
+    if dropped:
+        said.append(f"no SGLang counterpart for {', '.join(dropped)}")
+    return tuple(edits), "; ".join(said)
+
+
+def _speculative_method(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    method = (opt.values[0] if opt.values else "").lower()
+    algorithm = _VLLM_METHODS.get(method, method.upper())
+    return (
+        RenameFlag(flag=opt.name, to="--speculative-algorithm", values=(algorithm,)),
+    ), f"vLLM method {method} is SGLang's {algorithm}"
+
+
+def _enforce_eager(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    if "--cuda-graph-backend-decode" in catalog:
+        edits: tuple[Edit, ...] = (
+            RemoveFlag(flag=opt.name),
+            SetFlag(flag="--cuda-graph-backend-decode", values=("disabled",)),
+            SetFlag(flag="--cuda-graph-backend-prefill", values=("disabled",)),
+        )
+        return edits, "vLLM's eager mode turns CUDA graphs off; SGLang does that per phase"
+    return (
+        RenameFlag(flag=opt.name, to="--disable-cuda-graph"),
+    ), "vLLM's eager mode is SGLang's --disable-cuda-graph"
+
+
+def _expert_parallel(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    tp = SpecView(spec, catalog).tp
+    return (RemoveFlag(flag=opt.name), SetFlag(flag="--ep-size", values=(str(tp),))), (
+        f"vLLM's switch means EP = TP; SGLang takes the size: --ep-size {tp}"
+    )
+
+
+def _drop_value(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+    return (
+        RemoveFlag(flag=opt.name),
+    ), "the unit differs, so there is no direct translation; SGLang sizes it automatically"
+
+
+_RULES: dict[str, Callable[[Option, LaunchSpec, FlagCatalog], Translation]] = {
+    "speculative_tokens": _speculative_tokens,
+    "speculative_model": _speculative_model,
+    "speculative_config": _speculative_config,
+    "speculative_method": _speculative_method,
+    "enforce_eager": _enforce_eager,
+    "expert_parallel": _expert_parallel,
+    "drop_value": _drop_value,
+}
