@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from agent import exitcodes
+from agent.errors import UsageError
 
 DESCRIPTION = """\
 Launch SGLang, watch it start, and when it fails find out why, fix the launch command and try again,
@@ -30,31 +31,6 @@ VERBS = {
 }
 
 
-class UsageError(Exception):
-    """Bad input from the user; printed as one line, exit code 2."""
-
-
-def add_command_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the launch command, after `--`")
-
-
-def add_catalog_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("flag catalog (default: the SGLang installed for the command's python)")
-    g.add_argument(
-        "--sglang-version", metavar="X", help="check against the bundled --help of SGLang X instead"
-    )
-    g.add_argument(
-        "--catalog", metavar="FILE", help="check against a saved --help text (or exported catalog)"
-    )
-    g.add_argument("--refresh-catalog", action="store_true", help="re-read the installed SGLang's --help")
-
-
-def add_gpu_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("GPU facts (default: ask nvidia-smi)")
-    g.add_argument("--gpus", metavar="DESC", help="describe the GPUs instead, e.g. '8x H100 80GB'")
-    g.add_argument("--nvidia-smi", metavar="FILE", help="read a saved `nvidia-smi` output instead")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specdoctor",
@@ -67,20 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in VERBS.values():
         importlib.import_module(module).add_parser(sub)
     return parser
-
-
-def command_words(words: Sequence[str]) -> list[str] | str:
-    """The launch command from argparse's remainder: argv words, or one shell line to split."""
-    words = list(words)
-    if words and words[0] == "--":
-        words = words[1:]
-    if not words:
-        raise UsageError(
-            "no launch command: put it after `--`, e.g. `specdoctor check -- python -m sglang.launch_server ...`"
-        )
-    if len(words) == 1 and any(c.isspace() for c in words[0]):
-        return words[0]
-    return words
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,7 +32,7 @@ CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
 
 
 class _Decided(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     category: Category
     summary: str = Field(description="One sentence a user reads: what is wrong.")
     evidence: tuple[str, ...] = Field(default=(), description="Log lines (or facts) the decision rests on.")
@@ -70,7 +70,7 @@ Decision = Annotated[Fix | Retry | Stop, Field(discriminator="action")]
 class Finding(BaseModel):
     """A fault found in a command before launch (or confirmed in its log), with the edits that fix it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     code: str = Field(description="Stable id, e.g. `unknown-flag`, `spec-steps-missing`.")
     severity: Literal["error", "warning", "info"] = Field(
         description="error: the engine will fail; warning: it will start but not as meant; info: a note."

@@ -9,24 +9,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from agent.decision import Finding
 from agent.spec import Edit, LaunchSpec
-from playbooks.base import SpecView
 from playbooks.flag_checks import check_flags
 from playbooks.host_checks import check_gpu_presence, check_model, check_parallel, check_port
 from playbooks.spec_checks import check_speculative
+from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
-from tools.gpu import GpuReport
 from tools.system import ModelFacts, model_facts
+
+if TYPE_CHECKING:
+    from tools.gpu import GpuReport
 
 _ROUNDS = 3
 
 
 class PreflightReport(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, defer_build=True)
     original: LaunchSpec
     corrected: LaunchSpec
     findings: tuple[Finding, ...]

@@ -38,7 +38,7 @@ class SpecError(ValueError):
 class Option(BaseModel):
     """One `--flag [values...]` group as written on the command line."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     kind: Literal["option"] = "option"
     name: str = Field(description="The flag as written, e.g. `--tp` or `--reasoning_parser`.")
     values: tuple[str, ...] = Field(default=(), description="Values that follow the flag, in order.")
@@ -53,7 +53,7 @@ class Option(BaseModel):
 class Positional(BaseModel):
     """A bare word in the argument list (e.g. `sglang serve MODEL`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     kind: Literal["positional"] = "positional"
     value: str
 
@@ -73,7 +73,7 @@ def _same(name: str) -> str:
 class LaunchSpec(BaseModel):
     """A launch command: environment overrides, the entrypoint, and the ordered arguments."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     env: tuple[tuple[str, str], ...] = Field(default=(), description="`NAME=value` prefixes, in order.")
     entrypoint: tuple[str, ...] = Field(description="e.g. (`python`, `-m`, `sglang.launch_server`).")
     args: tuple[Arg, ...] = ()
@@ -237,7 +237,7 @@ def group_args(tokens: Sequence[str]) -> list[Option | Positional]:
 
 
 class _EditBase(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -374,7 +374,7 @@ Edit = Annotated[
 
 
 class DiffLine(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     change: Literal["added", "removed", "changed"]
     what: str = Field(description="The flag or `env NAME`.")
     before: str | None = None
@@ -385,6 +385,8 @@ class DiffLine(BaseModel):
             return f"+ {self.what} {self.after or ''}".rstrip()
         if self.change == "removed":
             return f"- {self.what} {self.before or ''}".rstrip()
+        if self.before == self.after:
+            return f"~ {self.what} {self.after or ''}".rstrip()
         return f"~ {self.what} {self.before or ''} → {self.after or ''}"
 
 

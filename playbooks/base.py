@@ -16,77 +16,13 @@ from typing import TypeVar
 from agent.decision import Category, Decision, Finding, Fix, Stop
 from agent.outcome import Outcome, OutcomeKind
 from agent.spec import Edit, LaunchSpec
+from playbooks.view import SpecView, as_float, as_int
 from tools.catalog import FlagCatalog
-from tools.flag_synonyms import VALUE_SYNONYMS
 from tools.gpu import GpuReport
 from tools.log_cause import RootCause
 from tools.system import ModelFacts
 
-_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-
-
-def as_int(text: str | None) -> int | None:
-    """An int as SGLang reads it (also `32k`, `1Mi`), or None."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|k|K|M|G)?\s*", text)
-    if not m:
-        return None
-    number = float(m.group(1)) * _SUFFIX.get(m.group(2) or "", 1)
-    return int(number) if number == int(number) else None
-
-
-def as_float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-class SpecView:
-    """Read a command by canonical flag name, whatever spelling or abbreviation it uses."""
-
-    def __init__(self, spec: LaunchSpec, catalog: FlagCatalog) -> None:
-        self.spec = spec
-        self.catalog = catalog
-
-    def canon(self, name: str) -> str:
-        return self.catalog.canonical(name)
-
-    def has(self, flag: str) -> bool:
-        return self.spec.has(flag, self.canon)
-
-    def get(self, flag: str) -> str | None:
-        return self.spec.value(flag, self.canon)
-
-    def int(self, flag: str) -> int | None:
-        return as_int(self.get(flag))
-
-    def float(self, flag: str) -> float | None:
-        return as_float(self.get(flag))
-
-    def env(self, name: str) -> str | None:
-        return self.spec.env_dict().get(name)
-
-    def truthy_env(self, name: str) -> bool:
-        return (self.env(name) or "").lower() in ("1", "true", "yes", "on")
-
-    @property
-    def algorithm(self) -> str | None:
-        """The speculative algorithm as SGLang resolves it (upper-cased, vLLM names mapped)."""
-        raw = self.get("--speculative-algorithm")
-        if raw is None:
-            return None
-        upper = raw.upper()
-        return VALUE_SYNONYMS["--speculative-algorithm"].get(upper, upper)
-
-    @property
-    def tp(self) -> int:
-        return self.int("--tp-size") or 1
-
-    @property
-    def attention_dp(self) -> bool:
-        return self.has("--enable-dp-attention") or (self.int("--attn-dp-size") or 1) > 1
+__all__ = ["Context", "Playbook", "SpecView", "as_float", "as_int", "fix", "playbook", "stop"]
 
 
 @dataclass(frozen=True)

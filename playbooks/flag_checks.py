@@ -11,8 +11,8 @@ from difflib import SequenceMatcher
 
 from agent.decision import Finding
 from agent.spec import Edit, LaunchSpec, Option, PositionalToFlag, RemoveFlag, RenameFlag, SetFlag
-from playbooks.base import as_float, as_int
 from playbooks.translate import translate_synonym
+from playbooks.view import as_float, as_int
 from tools.catalog import FlagCatalog, Resolution
 from tools.flag_synonyms import VALUE_SYNONYMS
 from tools.help_parser import FlagInfo

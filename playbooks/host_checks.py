@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from agent.decision import Finding
 from agent.spec import Edit, SetFlag
-from playbooks.base import SpecView
-from tools.gpu import GpuReport
+from playbooks.view import SpecView
 from tools.system import ModelFacts, find_free_port, port_is_free
+
+if TYPE_CHECKING:
+    from tools.gpu import GpuReport
 
 DEFAULT_PORT = 30000
 

@@ -8,8 +8,8 @@ import re
 
 from agent.decision import Finding
 from agent.spec import Edit, LaunchSpec, RemoveFlag, SetFlag
-from playbooks.base import SpecView
 from playbooks.translate import EAGLE_FAMILY
+from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
 from tools.similarity import score
 from tools.system import ModelFacts

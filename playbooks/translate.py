@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from agent.decision import Finding
 from agent.spec import Edit, LaunchSpec, Option, RemoveFlag, RenameFlag, SetFlag
-from playbooks.base import SpecView, as_int
+from playbooks.view import SpecView, as_int
 from tools.catalog import FlagCatalog
 from tools.flag_synonyms import Synonym
 from tools.system import model_facts

@@ -28,7 +28,7 @@ Status = Literal["exact", "prefix", "ambiguous", "underscore", "synonym", "simil
 
 
 class Suggestion(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     flag: str
     score: float
     reason: str = ""
@@ -37,7 +37,7 @@ class Suggestion(BaseModel):
 class Resolution(BaseModel):
     """What a flag as written means to this engine version."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     written: str
     status: Status
     flag: FlagInfo | None = Field(default=None, description="The flag meant, when it is certain.")

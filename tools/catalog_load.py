@@ -13,9 +13,7 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -37,7 +35,7 @@ class CatalogError(RuntimeError):
 class CatalogChoice(BaseModel):
     """The catalog used, and a line telling the user where it came from."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, defer_build=True)
     catalog: FlagCatalog
     note: str
     interpreter: str | None = None
@@ -48,7 +46,7 @@ class CatalogChoice(BaseModel):
 
 
 def _data() -> Path:
-    return Path(str(resources.files("tools") / "data"))
+    return Path(__file__).resolve().parent / "data"
 
 
 def bundled_versions() -> list[str]:
@@ -131,7 +129,7 @@ def from_file(path: Path) -> FlagCatalog:
 
 
 class Installed(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     interpreter: str
     version: str | None
     dist_info: str | None
@@ -254,6 +252,8 @@ def _fallback(reason: str, interpreter: str | None = None) -> CatalogChoice:
 
 def probe(interpreter: str, version: str, env: dict[str, str] | None = None) -> FlagCatalog:
     """Run the engine's real `--help` (through the probe, which also records argparse's types)."""
+    import tempfile
+
     probe_script = Path(__file__).with_name("catalog_probe.py")
     run_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory(prefix="specdoctor-probe-") as tmp:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Synonym(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     written: str
     origin: Literal["vllm", "sglang-renamed", "sglang-removed"]
     target: str | None = Field(description="The SGLang flag that means the same, None when none does.")

@@ -22,7 +22,7 @@ Nargs = int | str | None
 class FlagInfo(BaseModel):
     """One engine flag as its `--help` describes it (plus the probe's type where known)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str = Field(description="Canonical spelling: the first long option string.")
     aliases: tuple[str, ...] = Field(default=(), description="Other spellings of the same flag.")
     negation: str | None = Field(default=None, description="`--no-x` of a `--x | --no-x` pair.")
@@ -60,7 +60,7 @@ class FlagInfo(BaseModel):
 
 
 class HelpDoc(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     prog: str
     flags: tuple[FlagInfo, ...]
 

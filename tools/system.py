@@ -38,7 +38,7 @@ def find_free_port(
 class ModelFacts(BaseModel):
     """What a model's config.json says that matters for launching it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     path: str
     local: bool = Field(description="A folder on this machine (not a Hub repo id).")
     exists: bool

@@ -7,7 +7,7 @@ import json
 import sys
 
 from agent import exitcodes
-from agent.cli import add_catalog_options, add_command_argument, add_gpu_options
+from agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from agent.commands.common import choose_catalog, gpu_facts, read_spec
     from agent.preflight import preflight
-    from playbooks.base import SpecView
+    from playbooks.view import SpecView
 
     spec = read_spec(args)
     choice = choose_catalog(spec, args)
@@ -40,13 +40,13 @@ def run(args: argparse.Namespace) -> int:
     gpus = gpu_facts(args) if needs_gpus else None
     report = preflight(spec, choice.catalog, gpus=gpus, host=host, catalog_note=choice.note)
     if args.json:
-        print(json.dumps(as_json(report), indent=2))
+        print(json.dumps(as_json(report, choice.catalog.canonical), indent=2))
     else:
-        show(report)
+        show(report, choice.catalog.canonical)
     return exitcodes.OK if report.clean else exitcodes.FINDINGS
 
 
-def as_json(report) -> dict:
+def as_json(report, canon) -> dict:
     from agent.spec import diff
 
     return {
@@ -57,13 +57,13 @@ def as_json(report) -> dict:
         "command": report.corrected.shell(),
         "argv": report.corrected.argv(),
         "env": report.corrected.env_dict(),
-        "changes": [d.model_dump() for d in diff(report.original, report.corrected)],
+        "changes": [d.model_dump() for d in diff(report.original, report.corrected, canon)],
         "unfixed": [f.message for f in report.unfixed],
         "elapsed_ms": round(report.elapsed_s * 1000, 2),
     }
 
 
-def show(report) -> None:
+def show(report, canon) -> None:
     from agent.render import Out, diff_lines, finding_lines
     from agent.spec import diff
 
@@ -75,7 +75,7 @@ def show(report) -> None:
     out.line()
     for f in report.findings:
         finding_lines(out, f)
-    changes = diff(report.original, report.corrected)
+    changes = diff(report.original, report.corrected, canon)
     if changes:
         out.line()
         out.line("corrected command:", "bold")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent.cli import UsageError, command_words
+from agent.commands.options import command_words
+from agent.errors import UsageError
 from agent.spec import LaunchSpec
 from tools.catalog_load import CatalogChoice, for_command
 from tools.gpu import GpuReport

@@ -1,0 +1,88 @@
+"""Secret redaction: the one function everything passes through before it is written to a transcript,
+a report, or sent to an LLM.
+
+It masks values, never structure: `--api-key sk-abc` becomes `--api-key ***`, so a redacted command still
+reads (and parses) like the original.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+
+# Flags whose value is a secret, whatever it looks like.
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--llm-api-key", "--openai-api-key")
+# Environment variables whose value is a secret.
+_SECRET_ENV = re.compile(r"(?i)(^|_)(TOKEN|API_?KEY|SECRET|SECRET_KEY|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$")
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bhf_[A-Za-z0-9]{8,}"), MASK),  # Hugging Face tokens
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), MASK),  # OpenAI-style keys (sk-, sk-proj-)
+    (re.compile(r"\b(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{12,}"), MASK),  # GitHub tokens
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),  # AWS access key ids
+    (re.compile(r"(?i)\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{8,}"), r"\1 " + MASK),
+    (
+        re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"),
+        r"\1" + MASK + "@",
+    ),  # user:pass@ in URLs
+    (
+        re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:api-key|token|secret|password)(?:=|\s+))(\S+)"),
+        r"\1" + MASK,
+    ),
+    (
+        re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_?KEY|SECRET|PASSWORD)\s*[=:]\s*)(['\"]?)[^\s'\"]+\2"),
+        r"\1\2" + MASK + r"\2",
+    ),
+    (re.compile(r"(?i)(['\"](?:api_key|token|password|secret)['\"]\s*:\s*['\"])[^'\"]+"), r"\1" + MASK),
+)
+
+
+def redact_text(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def is_secret_env(name: str) -> bool:
+    return bool(_SECRET_ENV.search(name))
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Mask the value after (or `=` in) a secret flag, and any token that looks like a key."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        name, eq, _ = token.partition("=")
+        if name in SECRET_FLAGS:
+            if eq:
+                out.append(f"{name}={MASK}")
+            else:
+                out.append(token)
+                hide_next = True
+            continue
+        out.append(redact_text(token))
+    return out
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_env(k) and v else redact_text(v)) for k, v in env.items()}
+
+
+def redact(value: Any) -> Any:
+    """Redact every string inside JSON-like data (dicts, lists, tuples); keys named like secrets too."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {
+            k: (MASK if isinstance(k, str) and is_secret_env(k) and isinstance(v, str) and v else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value)
+    return value

@@ -1,0 +1,256 @@
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from agent.preflight import preflight, validate_edits
+from agent.spec import LaunchSpec, SetFlag
+from tools.catalog_load import bundled
+from tools.gpu import parse_gpus_description
+
+CAT = bundled("0.5.23")
+ENTRY = "python -m sglang.launch_server"
+
+
+@pytest.fixture
+def models(tmp_path):
+    """A target (DeepSeek-V3-like, 64 heads) and an EAGLE-3 draft, as real folders with config.json."""
+
+    def make(name: str, config: dict) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        return str(folder)
+
+    return {
+        "target": make(
+            "Kimi-K2.5",
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "num_attention_heads": 64,
+                "max_position_embeddings": 131072,
+            },
+        ),
+        "eagle3": make(
+            "kimi-eagle3", {"architectures": ["LlamaForCausalLMEagle3"], "num_attention_heads": 64}
+        ),
+        "eagle": make("llama-eagle", {"architectures": ["LlamaForCausalLMEagle"]}),
+        "custom": make(
+            "custom",
+            {
+                "architectures": ["FooForCausalLM"],
+                "auto_map": {"AutoConfig": "x.Foo"},
+                "max_position_embeddings": 4096,
+            },
+        ),
+        "llama": make("llama", {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 14}),
+    }
+
+
+def run(cmd: str, **kw):
+    return preflight(LaunchSpec.parse(cmd), CAT, **kw)
+
+
+def codes(report) -> list[str]:
+    return [f.code for f in report.findings]
+
+
+def test_seed_command(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --tp 8 --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {models['eagle3']} --speculative-eagle-topk 1 --num-speculative-tokens 16",
+        gpus=parse_gpus_description("8x H200"),
+    )
+    foreign = next(f for f in report.findings if f.code == "foreign-flag")
+    assert foreign.flag == "--num-speculative-tokens" and foreign.severity == "error"
+    assert (
+        "with --speculative-eagle-topk 1 SGLang forces the draft-token count to --speculative-num-steps + 1"
+        in foreign.why
+    )
+    corrected = report.corrected
+    assert corrected.value("--speculative-num-draft-tokens") == "16"
+    assert corrected.value("--speculative-num-steps") == "15"
+    assert corrected.value("--tp-size") == "8" and not corrected.has("--num-speculative-tokens")
+    assert not report.unfixed
+    assert preflight(corrected, CAT, gpus=parse_gpus_description("8x H200")).clean
+
+
+def test_eagle3_draft_under_eagle_is_caught_before_launch(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE --speculative-draft-model-path {models['eagle3']}"
+    )
+    finding = next(f for f in report.findings if f.code == "eagle3-draft-as-eagle")
+    assert "accept length 1.0" in finding.message and finding.category == "spec-draft-mismatch"
+    assert report.corrected.value("--speculative-algorithm") == "EAGLE3"
+
+
+def test_eagle_draft_under_eagle3(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE3 --speculative-draft-model-path {models['eagle']}"
+    )
+    assert report.corrected.value("--speculative-algorithm") == "EAGLE"
+
+
+def test_eagle3_draft_recognised_by_name_when_not_local(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE --speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3"
+    )
+    assert report.corrected.value("--speculative-algorithm") == "EAGLE3"
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "expect"),
+    [
+        (
+            "--speculative-eagle-topk 4",
+            "spec-steps-missing",
+            {"--speculative-num-steps": "2", "--speculative-num-draft-tokens": "8"},
+        ),
+        (
+            "--speculative-num-draft-tokens 6",
+            "spec-steps-missing",
+            {"--speculative-num-steps": "5", "--speculative-eagle-topk": "1"},
+        ),
+        (
+            "--speculative-num-steps 3",
+            "spec-only-steps",
+            {"--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "4"},
+        ),
+        (
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8",
+            "spec-chain-tokens",
+            {"--speculative-num-draft-tokens": "4"},
+        ),
+        (
+            "--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 16",
+            "spec-tree-too-small",
+            {"--speculative-num-draft-tokens": "7"},
+        ),
+        (
+            "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8 --page-size 16 --attention-backend torch_native",
+            "spec-needs-chain",
+            {"--speculative-eagle-topk": "1"},
+        ),
+        (
+            "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8 --speculative-use-rejection-sampling",
+            "spec-needs-chain",
+            {"--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "4"},
+        ),
+    ],
+)
+def test_speculative_relations_sglang_enforces(models, flags, code, expect):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE3 --speculative-draft-model-path {models['eagle3']} {flags}"
+    )
+    assert code in codes(report)
+    for flag, value in expect.items():
+        assert report.corrected.value(flag, CAT.canonical) == value
+
+
+def test_unknown_algorithm_takes_the_draft_kind(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE4 --speculative-draft-model-path {models['eagle3']}"
+    )
+    assert "spec-unknown-algorithm" in codes(report)
+    assert report.corrected.value("--speculative-algorithm") == "EAGLE3"
+    assert run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm eagle3 --speculative-draft-model-path {models['eagle3']}"
+    ).clean
+
+
+def test_speculative_flags_without_algorithm(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-draft-model-path {models['eagle3']} --speculative-num-steps 3"
+    )
+    assert "spec-no-algorithm" in codes(report)
+    assert report.corrected.value("--speculative-algorithm") == "EAGLE3"
+
+
+def test_ngram_with_dp_attention_and_torch_native():
+    report = run(
+        f"{ENTRY} --model-path org/model --tp-size 4 --dp-size 4 --enable-dp-attention --speculative-algorithm NGRAM --attention-backend torch_native",
+        host=False,
+    )
+    assert {"spec-dp-attention", "spec-attention-backend"} <= set(codes(report))
+    assert not report.corrected.has("--enable-dp-attention") and not report.corrected.has(
+        "--attention-backend"
+    )
+    assert report.corrected.value("--speculative-algorithm") == "NGRAM"
+
+
+def test_eagle_without_draft_path_is_flagged_unless_builtin_mtp(models):
+    assert "spec-no-draft" in codes(
+        run(f"{ENTRY} --model-path {models['llama']} --speculative-algorithm EAGLE3")
+    )
+    assert "spec-no-draft" not in codes(
+        run(f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE")
+    )
+    assert "spec-no-draft" not in codes(
+        run(f"{ENTRY} --model-path {models['llama']} --speculative-algorithm NEXTN")
+    )
+
+
+def test_host_checks(models, tmp_path):
+    missing = run(f"{ENTRY} --model-path {tmp_path}/nope")
+    assert missing.unfixed and missing.unfixed[0].code == "model-missing"
+    assert "needs-remote-code" in codes(run(f"{ENTRY} --model-path {models['custom']}"))
+    long = run(f"{ENTRY} --model-path {models['custom']} --trust-remote-code --context-length 32k")
+    assert long.corrected.value("--context-length") == "4096"
+    tp = run(
+        f"{ENTRY} --model-path {models['llama']} --tp-size 8", gpus=parse_gpus_description("4x A100 80GB")
+    )
+    assert (
+        "tp-above-gpus" in codes(tp) and tp.corrected.value("--tp-size") == "2"
+    )  # 14 heads: 2 divides, 4 does not
+    masked = run(
+        f"CUDA_VISIBLE_DEVICES=0,1 {ENTRY} --model-path {models['target']} --tp-size 4",
+        gpus=parse_gpus_description("8x H100"),
+    )
+    assert "tp-above-gpus" in codes(masked)
+
+
+def test_busy_port_gets_a_free_one(models):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        report = run(f"{ENTRY} --model-path {models['target']} --port {port}")
+        finding = next(f for f in report.findings if f.code == "port-busy")
+        new_port = int(report.corrected.value("--port"))
+        assert new_port >= port + 10 and "Errno 98" in finding.evidence[0]
+
+
+def test_abbreviations_and_underscores_are_rewritten(models):
+    report = run(f"{ENTRY} --model-path {models['target']} --mem-frac 0.8 --trust_remote_code")
+    assert report.corrected.shell().endswith("--mem-fraction-static 0.8 --trust-remote-code")
+
+
+def test_bad_values(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --mem-fraction-static 85 --dtype bfloat --tp-size two --port"
+    )
+    by_code = {f.flag: f for f in report.findings}
+    assert report.corrected.value("--mem-fraction-static") == "0.85"
+    assert report.corrected.value("--dtype") == "bfloat16"
+    assert by_code["--tp-size"].code == "bad-value" and not by_code["--tp-size"].edits
+    assert by_code["--port"].code == "missing-value"
+
+
+def test_clean_command_is_clean(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --tp-size 8 --speculative-algorithm EAGLE3 --speculative-draft-model-path {models['eagle3']}",
+        gpus=parse_gpus_description("8x H200"),
+    )
+    assert report.clean, report.findings
+
+
+def test_validate_edits_refuses_unknown_flags_and_bad_paths(models):
+    spec = LaunchSpec.parse(f"{ENTRY} --model-path {models['target']}")
+    assert "not a flag" in validate_edits(spec, [SetFlag(flag="--speculative-tokens", values=("4",))], CAT)[0]
+    assert validate_edits(spec, [SetFlag(flag="--model-path", values=("/etc",))], CAT) == [
+        "model /etc: no config.json"
+    ]
+    assert validate_edits(spec, [SetFlag(flag="--mem-fraction-static", values=("0.8",))], CAT) == []
+    assert validate_edits(spec, [], CAT) == ["the edits do not change the command"]
