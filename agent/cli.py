@@ -28,6 +28,8 @@ given after `--` as words or as one quoted line."""
 
 VERBS = {
     "check": "agent.commands.check",
+    "diagnose": "agent.commands.diagnose",
+    "eval": "agent.commands.evaluate",
 }
 
 
@@ -52,11 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return exitcodes.USAGE
     from agent.spec import SpecError
+    from playbooks.user import PlaybookFileError
     from tools.catalog_load import CatalogError
 
     try:
         return int(args.run(args))
-    except (UsageError, SpecError, CatalogError) as exc:
+    except (UsageError, SpecError, CatalogError, PlaybookFileError) as exc:
         print(f"specdoctor {args.verb}: error: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     except KeyboardInterrupt:

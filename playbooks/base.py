@@ -45,6 +45,12 @@ class Context:
         return SpecView(self.spec, self.catalog)
 
     @cached_property
+    def root_text(self) -> str:
+        """Only the root cause: its line, message, traceback block and the exceptions it was raised from."""
+        parts = [self.root.error_line or "", self.root.message, *self.root.block, *self.root.chain]
+        return "\n".join(p for p in parts if p)
+
+    @cached_property
     def search_text(self) -> str:
         """The text trigger patterns are searched in: the root-cause block, then the compacted log."""
         parts = [self.root.error_line or "", *self.root.block, self.root.wrapper or "", self.log_text]
@@ -81,6 +87,8 @@ class Playbook:
     doc: str
     priority: int = 50
     source: str = "builtin"
+    scope: str = "log"
+    """`log`: the pattern is searched in the compacted log; `root`: only in the root-cause block."""
 
     def match(self, ctx: Context) -> re.Match[str] | bool | None:
         """The trigger's match, True when there is no pattern, False when it does not apply."""
@@ -88,7 +96,8 @@ class Playbook:
             return False
         if self.pattern is None:
             return True
-        return self.pattern.search(ctx.search_text) or False
+        text = ctx.root_text if self.scope == "root" else ctx.search_text
+        return self.pattern.search(text) or False
 
     def run(self, ctx: Context) -> Decision | None:
         m = self.match(ctx)
@@ -110,6 +119,7 @@ def playbook(
     when: Sequence[OutcomeKind] = ("exited",),
     pattern: str | None = None,
     priority: int = 50,
+    scope: str = "log",
 ) -> Callable[[F], F]:
     """Register a playbook: it runs when the outcome kind is in `when` and `pattern` is found."""
 
@@ -123,6 +133,7 @@ def playbook(
                 fn=fn,
                 doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
                 priority=priority,
+                scope=scope,
             )
         )
         return fn

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from playbooks.base import REGISTRY, Playbook
 
-_FAMILIES = ()
+_FAMILIES = (
+    "flags",
+    "speculative",
+    "memory",
+    "cuda_graph",
+    "parallel",
+    "network",
+    "model",
+    "hardware",
+    "engine_bugs",
+)
 
 
 def all_playbooks() -> list[Playbook]:

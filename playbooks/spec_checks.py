@@ -336,6 +336,42 @@ def _unsupported_combinations(view: SpecView, algorithm: str) -> list[Finding]:
         found.append(
             _to_chain("--speculative-use-rejection-sampling requires --speculative-eagle-topk 1", steps)
         )
+    thresholds = [
+        f
+        for f in ("--speculative-accept-threshold-single", "--speculative-accept-threshold-acc")
+        if view.has(f)
+    ]
+    if view.has("--speculative-use-rejection-sampling") and thresholds:
+        found.append(
+            _f(
+                "spec-rejection-thresholds",
+                "error",
+                "--speculative-use-rejection-sampling ignores accept thresholds, and SGLang rejects them together",
+                tuple(RemoveFlag(flag=f) for f in thresholds),
+                "rejection sampling decides acceptance itself",
+            )
+        )
+    window = view.int("--speculative-draft-window-size")
+    if window is not None and window <= 0:
+        found.append(
+            _f(
+                "spec-window-size",
+                "error",
+                f"--speculative-draft-window-size must be positive, got {window}",
+                (RemoveFlag(flag="--speculative-draft-window-size"),),
+                "without it the draft attends to the whole context",
+            )
+        )
+    if view.has("--speculative-use-block-verification") and view.get("--device") not in (None, "cuda"):
+        found.append(
+            _f(
+                "spec-block-verification-device",
+                "error",
+                f"--speculative-use-block-verification runs only on CUDA/ROCm, not --device {view.get('--device')}",
+                (RemoveFlag(flag="--speculative-use-block-verification"),),
+                "plain verification works on every device",
+            )
+        )
     if view.has("--speculative-draft-sink-size") and not view.has("--speculative-draft-window-size"):
         found.append(
             _f(

@@ -61,3 +61,20 @@ def read_nvidia_smi_file(path: Path) -> GpuReport:
         failure = gpu.classify_failure(1, "", text)
         return failure if failure.status != "error" else report
     return report
+
+
+def llm_planner(args: argparse.Namespace):
+    """The LLM planner the options and environment configure, or (None, notes saying why not)."""
+    if getattr(args, "no_llm", False):
+        return None, ("The LLM planner is off (--no-llm).",)
+    try:
+        from agent.llm import LLMConfig
+        from agent.llm_planner import LLMPlanner
+    except ImportError:
+        return None, ()
+    setup = LLMConfig.setup(
+        base_url=getattr(args, "llm_base_url", None), model=getattr(args, "llm_model", None)
+    )
+    if setup.config is None:
+        return None, (f"No LLM was asked: {setup.note}.",)
+    return LLMPlanner(setup.config), ()

@@ -41,3 +41,17 @@ def command_words(words: Sequence[str]) -> list[str] | str:
     if len(words) == 1 and any(c.isspace() for c in words[0]):
         return words[0]
     return words
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LLM planner (asked when no playbook knows the failure)")
+    g.add_argument("--no-llm", action="store_true", help="never ask an LLM")
+    g.add_argument(
+        "--llm-base-url", metavar="URL", help="OpenAI-compatible endpoint (or SPECDOCTOR_LLM_BASE_URL)"
+    )
+    g.add_argument("--llm-model", metavar="NAME", help="model name (or SPECDOCTOR_LLM_MODEL)")
+    p.add_argument(
+        "--playbooks",
+        metavar="DIR",
+        help="also use the YAML playbooks in DIR (besides ~/.config/specdoctor/playbooks)",
+    )

@@ -1,0 +1,111 @@
+"""`specdoctor diagnose`: one decision from a recorded failure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options, add_llm_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="one diagnosis from a recorded crash log",
+        description="Read a crash log (any size) and the command that produced it, and decide: the corrected "
+        "command, or why no flag change can help. `--case FILE` reads a crash-corpus case instead.",
+        epilog="--json prints exactly one object: action, category, summary, evidence, edits, command, env, "
+        "playbook, confidence. Exit 0 when a decision was made, 2 on bad input.",
+    )
+    add_command_argument(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--log", metavar="FILE", help="the crash log; the command goes after `--`")
+    src.add_argument("--case", metavar="FILE", help="a crash-corpus case (JSON with command, log, gpus, ...)")
+    p.add_argument(
+        "--exit-kind",
+        choices=["parse-error", "startup-crash", "hang", "runs-but-degraded", "runtime-crash"],
+        help="how the launch ended, if the log does not make it clear",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_catalog_options(p)
+    add_gpu_options(p)
+    add_llm_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.commands.common import choose_catalog, gpu_facts, llm_planner, read_spec
+    from agent.diagnose import (
+        as_contract,
+        context_for,
+        context_from_file,
+        decide,
+        default_planner,
+        gpus_from_case,
+        read_case,
+    )
+    from agent.errors import UsageError
+    from agent.spec import LaunchSpec
+
+    if args.case:
+        case = read_case(Path(args.case))
+        spec = LaunchSpec.parse(case.command)
+        choice = choose_catalog(spec, args)
+        gpus = gpu_facts(args, live=False) or gpus_from_case(case.gpus)
+        ctx = context_for(
+            spec,
+            choice.catalog,
+            case.log.splitlines(),
+            gpus=gpus,
+            outcome=None
+            if args.exit_kind is None and case.exit_kind is None
+            else _outcome(case.log, args.exit_kind or case.exit_kind),
+        )
+    else:
+        if not args.command:
+            raise UsageError("give the command that produced the log after `--`")
+        spec = read_spec(args)
+        choice = choose_catalog(spec, args)
+        ctx = context_from_file(
+            spec, choice.catalog, Path(args.log), gpus=gpu_facts(args, live=False), exit_kind=args.exit_kind
+        )
+    llm, notes = llm_planner(args)
+    decision = decide(ctx, default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None))
+    contract = as_contract(decision, ctx)
+    if args.json:
+        print(json.dumps(contract, indent=2))
+    else:
+        show(contract, ctx, choice.note)
+    return 0
+
+
+def _outcome(log: str, exit_kind: str | None):
+    from agent.diagnose import outcome_from_log
+
+    return outcome_from_log(log.splitlines(), exit_kind)
+
+
+def show(contract: dict, ctx, note: str) -> None:
+    from agent.render import Out, diff_lines
+    from agent.spec import LaunchSpec, diff
+
+    out = Out(sys.stdout)
+    out.line(f"specdoctor diagnose · {note}", "dim")
+    if ctx.root.error_line:
+        out.line(f"root cause: {ctx.root.error_line}", "bold")
+    verdict = "FIX" if contract["action"] == "fix" else "STOP"
+    out.line(
+        f"{verdict} [{contract['category']}] {contract['summary']}",
+        "bold green" if verdict == "FIX" else "bold yellow",
+    )
+    for line in contract["evidence"][:4]:
+        out.line(f"  log: {line}", "dim")
+    if contract["action"] == "fix":
+        new = LaunchSpec.parse(contract["command"])
+        out.line("changes:", "bold")
+        diff_lines(out, diff(ctx.spec, new, ctx.catalog.canonical))
+        out.line("corrected command:", "bold")
+        out.line("  " + contract["command"], "bold green")
+    out.line(f"(playbook {contract['playbook'] or 'LLM'}, confidence {contract['confidence']:.2f})", "dim")

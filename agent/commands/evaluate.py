@@ -1,0 +1,116 @@
+"""`specdoctor eval DIR`: score the planner on a folder of real crash cases."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.commands.options import add_llm_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="score the planner on a folder of real crash cases",
+        description="Diagnose every case (*.json) in DIR, check each first decision against the case's "
+        "`expected` alternatives, and print per category: cases, solved, stopped correctly, category right. "
+        "Offline and rules-only unless an LLM is configured and --llm is given.",
+        epilog="exit 0 when every case is solved, 1 otherwise, 2 on bad input",
+    )
+    p.add_argument("cases", metavar="DIR", help="folder of crash-case JSON files")
+    p.add_argument("--json", action="store_true", help="print one JSON object with every case's score")
+    p.add_argument("--llm", action="store_true", help="let the LLM planner answer what no playbook knows")
+    add_llm_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.commands.common import llm_planner
+    from agent.diagnose import (
+        as_contract,
+        context_for,
+        decide,
+        default_planner,
+        gpus_from_case,
+        outcome_from_log,
+        read_case,
+    )
+    from agent.errors import UsageError
+    from agent.evaluate import score_case
+    from agent.spec import LaunchSpec
+    from tools.catalog_load import bundled
+
+    folder = Path(args.cases)
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not paths:
+        raise UsageError(f"no crash cases (*.json) in {folder}")
+    catalog = bundled("0.5.23")
+    llm, notes = llm_planner(args) if args.llm else (None, ())
+    planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
+    scores = []
+    for path in paths:
+        case = read_case(path)
+        spec = LaunchSpec.parse(case.command)
+        lines = case.log.splitlines()
+        ctx = context_for(
+            spec,
+            catalog,
+            lines,
+            gpus=gpus_from_case(case.gpus),
+            outcome=outcome_from_log(lines, case.exit_kind),
+        )
+        scores.append(score_case(case.model_dump(), as_contract(decide(ctx, planner), ctx), catalog))
+    if args.json:
+        print(json.dumps({"totals": totals(scores), "cases": [s.model_dump() for s in scores]}, indent=2))
+    else:
+        show(scores)
+    return 0 if all(s.solved for s in scores) else 1
+
+
+def totals(scores) -> dict:
+    fixes = [s for s in scores if s.expected_action == "fix"]
+    stops = [s for s in scores if s.expected_action == "stop"]
+    return {
+        "cases": len(scores),
+        "fix_cases": len(fixes),
+        "fixes_solved": sum(s.solved for s in fixes),
+        "stop_cases": len(stops),
+        "stopped_correctly": sum(s.solved for s in stops),
+        "category_right": sum(s.category_right for s in scores),
+        "fix_solved_pct": round(100 * sum(s.solved for s in fixes) / len(fixes), 1) if fixes else None,
+        "category_right_pct": round(100 * sum(s.category_right for s in scores) / len(scores), 1),
+    }
+
+
+def show(scores) -> None:
+    from agent.render import Out
+
+    out = Out(sys.stdout)
+    by_cat: dict[str, list] = {}
+    for s in scores:
+        by_cat.setdefault(s.category, []).append(s)
+    out.line(f"{'category':<22}{'cases':>6}{'solved':>8}{'stopped ok':>12}{'category ok':>13}", "bold")
+    for cat, group in sorted(by_cat.items()):
+        stops = [s for s in group if s.expected_action == "stop"]
+        fixes = [s for s in group if s.expected_action == "fix"]
+        out.line(
+            f"{cat:<22}{len(group):>6}{sum(s.solved for s in fixes):>5}/{len(fixes):<2}"
+            f"{sum(s.solved for s in stops):>9}/{len(stops):<2}{sum(s.category_right for s in group):>10}/{len(group):<2}"
+        )
+    t = totals(scores)
+    out.line()
+    out.line(
+        f"fix cases solved {t['fixes_solved']}/{t['fix_cases']} ({t['fix_solved_pct']}%) · stop cases stopped "
+        f"{t['stopped_correctly']}/{t['stop_cases']} · category right {t['category_right']}/{t['cases']} ({t['category_right_pct']}%)",
+        "bold",
+    )
+    for s in scores:
+        if not s.solved or not s.category_right:
+            mark = "✗" if not s.solved else "~"
+            out.line(
+                f"{mark} {s.id}: expected {s.expected_action}/{s.category}, got {s.action}/{s.decided_category} "
+                f"({s.playbook or 'no playbook'}): {s.summary}",
+                "yellow",
+            )

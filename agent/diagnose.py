@@ -1,0 +1,187 @@
+"""One decision from a recorded failure: a log (a file of any size, or text), the command, GPU facts.
+
+Used by `specdoctor diagnose`, by `eval` on the crash corpus, and by the launch loop after a crash, so the
+three can never decide differently about the same evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent.decision import Decision, Fix, Retry, Stop
+from agent.errors import UsageError
+from agent.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
+from agent.planner import ChainPlanner, Planner, PlaybookPlanner
+from agent.preflight import facts, preflight
+from agent.spec import LaunchSpec
+from playbooks.base import Context
+from playbooks.view import SpecView
+from tools.catalog import FlagCatalog
+from tools.gpu import GpuReport, parse_gpus_description
+from tools.log_cause import RootCause
+from tools.logs import compact, extract_root_cause, scan_file
+
+_ACCEPT = re.compile(r"accept[ _]len(?:gth)?[\"']?\s*[:=]\s*([0-9]+(?:\.[0-9]+)?)", re.I)
+
+
+class CrashCase(BaseModel):
+    """A case of the crash corpus (tests/data/corpus/README.md)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    command: str
+    log: str
+    gpus: str | None = None
+    exit_kind: str | None = None
+    category: str | None = None
+    action: str | None = None
+    expected: list[list[dict[str, Any]]] = []
+
+
+def read_case(path: Path) -> CrashCase:
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read case {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    try:
+        return CrashCase.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UsageError(
+            f"{path}: {where}: {first['msg'].lower()} (see the corpus README for the fields)"
+        ) from None
+
+
+def outcome_from_log(lines: list[str], exit_kind: str | None = None, log_path: str | None = None) -> Outcome:
+    """The Outcome a watcher would have reported, inferred from a recorded log."""
+    text = "\n".join(lines[-2000:])
+    accept = [float(x) for x in _ACCEPT.findall(text)]
+    accept_length = sum(accept[-5:]) / len(accept[-5:]) if accept else None
+    kind: OutcomeKind
+    if exit_kind in EXIT_KIND_TO_OUTCOME:
+        kind = EXIT_KIND_TO_OUTCOME[exit_kind]
+    elif re.search(r"\[Errno 98\]", text):
+        kind = "hung"
+    elif accept_length is not None and accept_length <= 1.05 and not re.search(r"Traceback|Error:", text):
+        kind = "degraded"
+    else:
+        kind = "exited"
+    parse_error = bool(re.search(r": error: ", text)) and exit_kind in (None, "parse-error")
+    return Outcome(
+        kind=kind,
+        detail=f"from a recorded log ({exit_kind or 'kind inferred'})",
+        accept_length=accept_length,
+        parse_error=parse_error,
+        exit_code=2 if parse_error else None,
+        log_path=log_path,
+        ready_seen="fired up and ready to roll" in text,
+    )
+
+
+def context_for(
+    spec: LaunchSpec,
+    catalog: FlagCatalog,
+    lines: list[str],
+    *,
+    gpus: GpuReport | None = None,
+    outcome: Outcome | None = None,
+    tried: tuple[LaunchSpec, ...] = (),
+    log_text: str | None = None,
+    root: RootCause | None = None,
+) -> Context:
+    root = root or extract_root_cause(lines)
+    view = SpecView(spec, catalog)
+    model, draft = facts(view)
+    report = preflight(spec, catalog, gpus=gpus, host=False)
+    return Context(
+        spec=spec,
+        catalog=catalog,
+        outcome=outcome or outcome_from_log(lines),
+        root=root,
+        log_text=log_text if log_text is not None else compact(lines, root=root),
+        gpus=gpus,
+        model=model if model and model.has_config else None,
+        draft=draft if draft and draft.has_config else None,
+        tried=tried,
+        findings=report.findings,
+    )
+
+
+def context_from_file(
+    spec: LaunchSpec,
+    catalog: FlagCatalog,
+    log: Path,
+    *,
+    gpus: GpuReport | None = None,
+    exit_kind: str | None = None,
+) -> Context:
+    """Like context_for, for a log file of any size (read in bounded memory)."""
+    try:
+        summary = scan_file(log)
+    except OSError as exc:
+        raise UsageError(f"cannot read log {log}: {exc.strerror}") from None
+    lines = [*summary.root_cause.block, *summary.compact.splitlines()]
+    outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log))
+    if summary.accept_length is not None and outcome.accept_length is None:
+        outcome = outcome.model_copy(update={"accept_length": summary.accept_length})
+    root = summary.root_cause if summary.root_cause.kind != "none" else None
+    return context_for(spec, catalog, lines, gpus=gpus, outcome=outcome, log_text=summary.compact, root=root)
+
+
+def gpus_from_case(text: str | None) -> GpuReport | None:
+    if not text:
+        return None
+    report = parse_gpus_description(text)
+    return report if report.status == "ok" else None
+
+
+def default_planner(
+    llm: Planner | None = None, notes: tuple[str, ...] = (), playbooks_dir: Path | None = None
+) -> ChainPlanner:
+    """Built-in and user playbooks first, then the LLM if one is configured."""
+    from playbooks.registry import all_playbooks
+    from playbooks.user import user_playbooks
+
+    planners: list[Planner] = [PlaybookPlanner([*user_playbooks(playbooks_dir), *all_playbooks()])]
+    if llm is not None:
+        planners.append(llm)
+    return ChainPlanner(planners, notes)
+
+
+def decide(ctx: Context, planner: Planner | None = None) -> Decision:
+    decision = (planner or default_planner()).decide(ctx)
+    assert decision is not None
+    return decision
+
+
+def as_contract(decision: Decision, ctx: Context) -> dict[str, Any]:
+    """The one JSON object `diagnose --json` prints (its keys are a contract with scripts and scorers)."""
+    spec = ctx.spec
+    edits: list[dict[str, Any]] = []
+    if isinstance(decision, Fix):
+        spec = ctx.spec.apply_all(decision.edits, ctx.catalog.canonical)
+        edits = [e.model_dump(mode="json") for e in decision.edits]
+    summary = (
+        decision.summary
+        if not isinstance(decision, Retry)
+        else f"transient, retry unchanged: {decision.summary}"
+    )
+    return {
+        "action": "stop" if isinstance(decision, Stop) else "fix",
+        "category": decision.category,
+        "summary": summary,
+        "evidence": list(decision.evidence),
+        "edits": edits,
+        "command": spec.shell(),
+        "env": spec.env_dict(),
+        "playbook": decision.playbook,
+        "confidence": round(decision.confidence, 3),
+    }

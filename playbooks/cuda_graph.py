@@ -1,0 +1,119 @@
+"""CUDA graph capture failed. SGLang prints the same generic "Possible solutions" whatever happened;
+the exception inside it says what really did, and each cause has its own fix:
+
+- out of memory: graphs live outside --mem-fraction-static, so lower it if it was raised, else capture
+  fewer batch sizes (--cuda-graph-max-bs-decode);
+- custom all-reduce / peer access: --disable-custom-all-reduce;
+- torch.compile (inductor, dynamo, triton compile): drop --enable-torch-compile;
+- anything else with memory to spare: a bug in SGLang's capture path; no flag fixes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import Edit, RemoveFlag, SetFlag
+from playbooks.base import Context, fix, playbook, stop
+
+CAPTURE_FAILED = r"Capture (?:cuda|CUDA) graph failed|Capture cuda graph begin|capture\(\)|cuda_graph_runner|Capturing batches"
+_OOM = re.compile(r"out of memory|OutOfMemoryError", re.I)
+_ALLREDUCE = re.compile(r"custom_all_reduce|register_graph_buffers|peer access|CustomAllreduce|IPC", re.I)
+_COMPILE = re.compile(
+    r"torch\._dynamo|torch\._inductor|inductor|SubprocException|triton.*compil|BackendCompilerFailed|torch\.compile",
+    re.I,
+)
+_AVAIL = re.compile(r"avail mem=([0-9.]+) GB")
+HIGH_FRACTION = 0.85
+MAX_BS_STEPS = (64, 32, 16, 8)
+
+
+def _max_bs_flag(ctx: Context) -> str:
+    """The flag the installed SGLang uses for the decode graph batch-size cap."""
+    for name in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"):
+        if name in ctx.catalog:
+            return name
+    return "--cuda-graph-max-bs-decode"
+
+
+@playbook(id="sglang.cuda-graph.capture", category="cuda-graph", pattern=CAPTURE_FAILED, priority=15)
+def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Classify the real cause behind "Capture cuda graph failed" instead of following the generic advice."""
+    text = ctx.search_text
+    if not re.search(
+        r"Capture (?:cuda|CUDA) graph failed|cuda_graph_runner|capture\(\)|Capturing batches", text
+    ):
+        return None
+    if _ALLREDUCE.search(text):
+        return fix(
+            ctx,
+            [SetFlag(flag="--disable-custom-all-reduce")],
+            "nccl",
+            "CUDA graph capture failed inside SGLang's custom all-reduce (CUDA IPC between GPUs)",
+            why="custom all-reduce needs peer-to-peer/IPC between the GPUs; NCCL's all-reduce does not",
+            confidence=0.85,
+        )
+    if _COMPILE.search(text) and ctx.view.has("--enable-torch-compile"):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--enable-torch-compile")],
+            "cuda-graph",
+            "CUDA graph capture failed while torch.compile was compiling kernels",
+            why="torch.compile is experimental in SGLang; without it graphs are captured from the eager model",
+            confidence=0.85,
+        )
+    if _OOM.search(text):
+        return _capture_oom(ctx)
+    if ctx.view.has("--enable-torch-compile"):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--enable-torch-compile")],
+            "cuda-graph",
+            "CUDA graph capture failed with --enable-torch-compile on",
+            why="torch.compile is the experimental part of capture; try without it first",
+            confidence=0.6,
+        )
+    avail = [float(x) for x in _AVAIL.findall(text)]
+    room = f" with {min(avail):.1f} GB still free" if avail else ""
+    return stop(
+        ctx,
+        "engine-bug",
+        f"CUDA graph capture failed in SGLang's own code{room}, not for lack of memory",
+        "This is a bug of this SGLang version for this model; try another SGLang release, or run with "
+        "--cuda-graph-backend-decode disabled to confirm (much slower), and report it upstream with the log.",
+        confidence=0.6,
+    )
+
+
+def _capture_oom(ctx: Context) -> Decision | None:
+    current = ctx.view.float("--mem-fraction-static")
+    if current is not None and current > HIGH_FRACTION:
+        lower = round(max(current - 0.07, 0.7), 2)
+        decision = fix(
+            ctx,
+            [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))],
+            "cuda-graph",
+            f"CUDA graph capture ran out of memory: --mem-fraction-static {current:g} leaves too little outside the static pool",
+            why="CUDA graphs are allocated outside mem_fraction_static; a smaller static share leaves them room",
+            confidence=0.85,
+        )
+        if decision is not None:
+            return decision
+    flag = _max_bs_flag(ctx)
+    now = ctx.view.int(flag)
+    steps = [bs for bs in MAX_BS_STEPS if now is None or bs < now]
+    if now is not None and now // 2 not in steps and now // 2 >= 1:
+        steps.insert(0, now // 2)
+    for bs in steps:
+        edits: list[Edit] = [SetFlag(flag=flag, values=(str(bs),))]
+        decision = fix(
+            ctx,
+            edits,
+            "cuda-graph",
+            "CUDA graph capture ran out of memory: the largest captured batch needs more than is left after weights and KV cache",
+            why=f"{flag} {bs} captures fewer, smaller decode graphs (speculative decoding multiplies tokens per request)",
+            confidence=0.8,
+        )
+        if decision is not None:
+            return decision
+    return None

@@ -1,0 +1,115 @@
+"""SGLang's argparse rejected the command: unknown, `_`-spelled, vLLM or renamed flags, ambiguous
+abbreviations, invalid choices, bad or missing values.
+
+The log names what argparse disliked; the fix comes from the same checks preflight runs, so a flag is
+fixed the same way whether it was caught before the launch or after it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision, Finding
+from agent.spec import Edit, RemoveFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.flag_checks import check_flags
+
+ARGPARSE = r"(?:^|\s)\S+: error: (?:unrecognized arguments|ambiguous option|argument --|the following arguments are required)"
+_NAMED = re.compile(r"(--[A-Za-z0-9][\w\-]*)")
+
+
+def _flags_in(line: str) -> tuple[set[str], bool]:
+    """Flags an argparse error line blames, and whether it calls them unrecognized."""
+    if "unrecognized arguments:" in line:
+        return set(_NAMED.findall(line.split("unrecognized arguments:", 1)[1])), True
+    if m := re.search(r"ambiguous option: (--\S+)", line):
+        return {m.group(1).split("=")[0]}, False
+    if m := re.search(r"argument (--[^/:\s]+)", line):
+        return {m.group(1)}, False
+    return set(), False
+
+
+@playbook(id="sglang.argparse", category="flag-name", pattern=ARGPARSE, priority=10)
+def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang's argparse rejected the command; fix every flag the catalog says is wrong."""
+    error_line = next((ln for ln in ctx.search_text.splitlines() if re.search(ARGPARSE, ln)), "")
+    named, unrecognized = _flags_in(error_line)
+    findings = [f for f in check_flags(ctx.spec, ctx.catalog) if f.severity != "info"]
+    errors = [f for f in findings if f.severity == "error"]
+    named_findings = [f for f in errors if f.flag in named] or errors
+    edits: list[Edit] = [e for f in findings for e in f.edits]
+    written = {o.name for o in ctx.spec.options()}
+    if unrecognized and named and not named & written and ctx.view.has("--config"):
+        return _from_config_file(ctx, sorted(named), error_line)
+    skew = sorted(n for n in named & written if unrecognized and ctx.catalog.resolve(n).accepted_by_engine)
+    if skew:
+        return _version_skew(ctx, skew, error_line)
+    unfixed = [f for f in named_findings if not f.edits]
+    if unfixed and not any(f.edits for f in named_findings):
+        return stop(
+            ctx,
+            unfixed[0].category,
+            unfixed[0].message,
+            "Rename or remove it by hand; `specdoctor check` lists what SGLang accepts.",
+            evidence=(error_line,),
+        )
+    lead = next((f for f in named_findings if f.edits), named_findings[0] if named_findings else None)
+    if lead is None:
+        return None
+    return fix(
+        ctx,
+        edits,
+        lead.category,
+        _summary(named_findings),
+        why=_why(named_findings),
+        evidence=(error_line,),
+        confidence=min(0.95, lead.confidence),
+    )
+
+
+def _version_skew(ctx: Context, flags: list[str], error_line: str) -> Decision | None:
+    """The running SGLang rejects flags the catalog knows: it is another version than the catalog's."""
+    edits = [RemoveFlag(flag=f) for f in flags]
+    return fix(
+        ctx,
+        edits,
+        "flag-name",
+        f"the SGLang that ran does not know {', '.join(flags)} although SGLang {ctx.catalog.version} does: "
+        "it is an older or newer release",
+        why="removing the flags the running version rejects; check against its own --help (specdoctor check "
+        "with the command's python) to translate them",
+        evidence=(error_line,),
+        confidence=0.55,
+    )
+
+
+def _from_config_file(ctx: Context, flags: list[str], error_line: str) -> Decision:
+    """Flags that are not on the command line came from the YAML given with --config."""
+    hints = []
+    for name in flags:
+        r = ctx.catalog.resolve(name)
+        target = (
+            r.flag.name
+            if r.flag
+            else (r.synonym.target if r.synonym else (r.confident.flag if r.confident else None))
+        )
+        hints.append(
+            f"`{name[2:]}` → `{target[2:]}`" if target else f"`{name[2:]}` (no SGLang equivalent: remove it)"
+        )
+    return stop(
+        ctx,
+        "flag-name",
+        f"the config file {ctx.view.get('--config')} has keys SGLang does not accept: {', '.join(flags)}",
+        "SGLang turns each YAML key into a flag; rename in the file: " + "; ".join(hints) + ".",
+        evidence=(error_line,),
+    )
+
+
+def _summary(findings: list[Finding]) -> str:
+    if len(findings) == 1:
+        return findings[0].message
+    return f"{len(findings)} flags SGLang rejects: " + "; ".join(f.flag or f.code for f in findings)
+
+
+def _why(findings: list[Finding]) -> str:
+    return " ".join(f"{f.flag}: {f.why}." for f in findings if f.why)

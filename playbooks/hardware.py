@@ -1,0 +1,196 @@
+"""The GPU, its driver and the kernels built for it; experimental features that break on some of them."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import RemoveFlag, SetFlag
+from playbooks.base import Context, fix, playbook, stop
+
+
+@playbook(
+    id="sglang.hardware.no-gpu",
+    category="driver-cuda",
+    pattern=r"No accelerator \(CUDA|No CUDA GPUs are available|Found no NVIDIA driver|NVIDIA-SMI has failed|"
+    r"couldn't communicate with the NVIDIA driver|Driver/library version mismatch|torch\._C' has no attribute '_cuda|"
+    r"0 active drivers \(\[\]\)",
+    priority=20,
+)
+def no_gpu(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """No usable GPU: no driver, a driver/library mismatch, or a container without GPU access."""
+    facts = ctx.gpus.message if ctx.gpus is not None and not ctx.gpus.ok else ""
+    mismatch = "version mismatch" in ctx.search_text
+    advice = (
+        "Reboot or reload the nvidia kernel modules: the driver libraries were upgraded under a loaded module."
+        if mismatch
+        else "Run on a machine with an NVIDIA GPU and driver (in Docker: --gpus all), or describe what you "
+        "expected with `specdoctor diagnose --gpus`."
+    )
+    return stop(
+        ctx,
+        "driver-cuda",
+        f"no usable GPU: {facts or ctx.root.error_line or 'SGLang found no accelerator'}",
+        advice,
+        confidence=0.95,
+    )
+
+
+@playbook(
+    id="sglang.hardware.driver-too-old",
+    category="driver-cuda",
+    pattern=r"driver on your system is too old|CUDA driver version is insufficient|Error 804: forward compatibility|Error 802: system not yet initialized",
+    priority=20,
+)
+def driver_too_old(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The driver is older than the CUDA the wheels were built for (or fabric manager is missing)."""
+    return stop(
+        ctx,
+        "driver-cuda",
+        "the NVIDIA driver does not support the CUDA version of the installed PyTorch/SGLang",
+        "Upgrade the driver (or install wheels built for the driver's CUDA); on NVSwitch systems start nvidia-fabricmanager.",
+    )
+
+
+@playbook(
+    id="sglang.hardware.no-kernel-image",
+    category="driver-cuda",
+    pattern=r"no kernel image is available for execution on the device",
+    priority=20,
+)
+def no_kernel_image(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The installed binaries were not built for this GPU's compute capability."""
+    return stop(
+        ctx,
+        "driver-cuda",
+        "the installed kernels have no code for this GPU architecture",
+        "Install SGLang/PyTorch builds for this GPU (e.g. CUDA 12.8+ wheels for Blackwell); compare nvidia-smi's compute_cap with the wheel.",
+    )
+
+
+@playbook(
+    id="sglang.hardware.package-skew",
+    category="driver-cuda",
+    pattern=r"with minimum required version .* is not installed|sgl[-_]kernel.*(?:version|not installed)|undefined symbol|"
+    r"ImportError: .*\.so|No module named '(?:sgl_kernel|flashinfer|deep_gemm|triton|vllm|flash_attn)|flashinfer.* version",
+    priority=25,
+    scope="root",
+)
+def package_skew(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A kernel package (flashinfer, sgl-kernel) is missing or of the wrong version: an environment problem."""
+    return stop(
+        ctx,
+        "driver-cuda",
+        f"the Python environment does not match this SGLang: {ctx.root.error_line or 'a kernel package is wrong'}",
+        'Install the versions SGLang pins (`pip install "sglang[all]==<version>"` or the matching docker image); no launch flag changes a package.',
+    )
+
+
+@playbook(
+    id="sglang.hardware.fa3",
+    category="attention-backend",
+    pattern=r"FlashAttention v3 Backend requires SM|fa3.*(?:SM|sm_?\d+)|FA3 .*only supports",
+    priority=25,
+)
+def fa3_off_hopper(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """FA3 runs only on Ampere/Hopper."""
+    return fix(
+        ctx,
+        [SetFlag(flag="--attention-backend", values=("flashinfer",))],
+        "attention-backend",
+        "the fa3 attention backend does not run on this GPU",
+        why="flashinfer supports every recent NVIDIA GPU",
+        confidence=0.85,
+    )
+
+
+@playbook(
+    id="sglang.hardware.triton-smem",
+    category="attention-backend",
+    pattern=r"OutOfResources: out of resource: shared memory",
+    priority=30,
+)
+def triton_shared_memory(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A Triton kernel tuned for datacenter GPUs needs more shared memory than this GPU has."""
+    if ctx.view.get("--attention-backend") == "flashinfer":
+        return fix(
+            ctx,
+            [SetFlag(flag="--chunked-prefill-size", values=("2048",))],
+            "attention-backend",
+            "a Triton kernel needs more shared memory than the GPU has",
+            why="smaller prefill chunks use smaller kernels",
+            confidence=0.5,
+        )
+    return fix(
+        ctx,
+        [SetFlag(flag="--attention-backend", values=("flashinfer",))],
+        "attention-backend",
+        "a Triton kernel needs more shared memory than this GPU has",
+        why="flashinfer's kernels fit consumer GPUs",
+        confidence=0.7,
+    )
+
+
+@playbook(
+    id="sglang.hardware.fp8-arch",
+    category="quantization",
+    pattern=r"(?i)fp8e4nv not supported in this architecture|fp8.*(?:not supported|requires).*(?:capability|architecture|SM)|compute capability.*fp8",
+    priority=30,
+)
+def fp8_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """FP8 kernels need SM89+; an older GPU cannot run online FP8 quantization."""
+    if ctx.view.get("--quantization") == "fp8" and not (ctx.model and ctx.model.quantization):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--quantization")],
+            "quantization",
+            "online FP8 quantization needs an Ada/Hopper (SM89+) GPU",
+            why="without it the model runs in its own dtype",
+            confidence=0.7,
+        )
+    return stop(
+        ctx,
+        "quantization",
+        "this FP8 checkpoint needs an SM89+ GPU",
+        "Use a GPU with FP8 support or a non-FP8 checkpoint.",
+    )
+
+
+@playbook(
+    id="sglang.hardware.torch-compile",
+    category="other",
+    pattern=r"ModelRunner|model_runner|torch\._dynamo|inductor|tp_worker",
+    priority=80,
+)
+def torch_compile_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A startup crash while building the model with --enable-torch-compile: drop the experimental feature."""
+    if not ctx.view.has("--enable-torch-compile"):
+        return None
+    category = "quantization" if ctx.view.has("--quantization") else "other"
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--enable-torch-compile")],
+        category,
+        "the model runner crashed while --enable-torch-compile was on"
+        + (f" with --quantization {ctx.view.get('--quantization')}" if category == "quantization" else ""),
+        why="torch.compile is experimental in SGLang and does not support every dtype/quantization; the model serves without it",
+        confidence=0.65,
+    )
+
+
+@playbook(
+    id="sglang.hardware.missing-module",
+    category="other",
+    pattern=r"ModuleNotFoundError: No module named '([\w.]+)'",
+    priority=35,
+    scope="root",
+)
+def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A Python package SGLang needs on this path is not installed."""
+    name = m.group(1) if m else "?"
+    return stop(
+        ctx,
+        "other",
+        f"the Python package `{name}` is missing from SGLang's environment",
+        f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
+    )

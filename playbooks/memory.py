@@ -1,0 +1,206 @@
+"""GPU and host memory failures. The direction matters: SGLang's `--mem-fraction-static` is the share
+for weights + KV cache, so "Not enough memory" (no room left for the KV pool) means RAISE it, while an
+out-of-memory in activations or CUDA graphs (outside that share) means LOWER it."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import SetEnv, SetFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.host_checks import visible_gpus
+
+MAX_FRACTION = 0.95
+"""Above this nothing is left for activations and CUDA graphs."""
+AUTO_FRACTION = 0.85
+"""Roughly SGLang's automatic choice on large GPUs, used when the command does not set one."""
+
+NOT_ENOUGH = r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory for the KV cache"
+CUDA_OOM = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+_ABOVE = re.compile(r"Raise --mem-fraction-static above ([0-9.]+)")
+_PROCESS_USE = re.compile(
+    r"total capacity of ([0-9.]+) GiB.*?this process has ([0-9.]+) GiB memory in use", re.S
+)
+
+
+def _fraction(ctx: Context) -> float | None:
+    return ctx.view.float("--mem-fraction-static")
+
+
+def _busy_gpus(ctx: Context) -> list[int]:
+    """GPUs where a process we did not start holds memory (from nvidia-smi)."""
+    if ctx.gpus is None or not ctx.gpus.ok:
+        return []
+    return sorted(
+        {
+            p.gpu_index
+            for p in ctx.gpus.processes
+            if p.gpu_index is not None and (p.used_memory_mib or 0) > 1024
+        }
+    )
+
+
+@playbook(id="sglang.memory.kv-pool-empty", category="oom", pattern=NOT_ENOUGH, priority=20)
+def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Weights filled the static share and no KV cache fits: raise --mem-fraction-static if there is room."""
+    current = _fraction(ctx)
+    suggested = _ABOVE.search(ctx.search_text)
+    target = float(suggested.group(1)) + 0.03 if suggested else max((current or AUTO_FRACTION) + 0.05, 0.88)
+    target = round(min(target, MAX_FRACTION), 2)
+    busy = _busy_gpus(ctx)
+    if busy:
+        return stop(
+            ctx,
+            "stale-gpu-process",
+            f"other processes hold memory on GPU {', '.join(map(str, busy))}, so the weights leave no room for the KV cache",
+            "Stop those processes (see nvidia-smi), or run on other GPUs with CUDA_VISIBLE_DEVICES.",
+        )
+    if (current is not None and current >= MAX_FRACTION) or target <= (current or 0):
+        return stop(
+            ctx,
+            "oom",
+            "the weights do not leave room for a KV cache even at the highest safe --mem-fraction-static",
+            "Give each GPU less to hold: a larger --tp-size (more GPUs), a quantized checkpoint, or a smaller "
+            "draft model; or free memory other processes hold.",
+        )
+    return fix(
+        ctx,
+        [SetFlag(flag="--mem-fraction-static", values=(f"{target:g}",))],
+        "oom",
+        f"after loading the weights no GPU memory is left for the KV cache (--mem-fraction-static {current or 'auto'})",
+        why="mem_fraction_static is the share for weights AND KV cache; raising it gives the KV pool room "
+        f"(counter-intuitive but what the message asks){'; SGLang computed the minimum' if suggested else ''}",
+        confidence=0.85,
+    )
+
+
+@playbook(id="sglang.memory.weights-do-not-fit", category="oom", pattern=CUDA_OOM, priority=60)
+def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """CUDA OOM outside graph capture: while loading (weights too big for the GPUs) or right after."""
+    text = ctx.search_text
+    if re.search(r"Capture cuda graph failed|Capture CUDA graph failed|Capturing batches", text):
+        return None  # cuda_graph playbooks own this
+    usage = _PROCESS_USE.search(text)
+    view = ctx.view
+    visible = visible_gpus(view, ctx.gpus)
+    loading = ctx.outcome.stage in ("weights", "init", "args") or re.search(
+        r"load_weights|Load weight begin|weight_loader|safetensors", text
+    )
+    own_share = None
+    if usage:
+        total, used = float(usage.group(1)), float(usage.group(2))
+        own_share = used / total if total else None
+    if loading or (own_share is not None and own_share > (_fraction(ctx) or AUTO_FRACTION)):
+        tp = view.tp
+        heads = ctx.model.num_attention_heads if ctx.model else None
+        bigger = next(
+            (
+                t
+                for t in (2 * tp, 4 * tp, 8 * tp)
+                if visible and t <= visible and (heads is None or heads % t == 0)
+            ),
+            None,
+        )
+        if bigger:
+            return fix(
+                ctx,
+                [SetFlag(flag="--tp-size", values=(str(bigger),))],
+                "oom",
+                f"the weights do not fit on {tp} GPU(s)",
+                why=f"--tp-size {bigger} splits the weights over {bigger} GPUs; the node has {visible}",
+                confidence=0.7,
+            )
+        return stop(
+            ctx,
+            "oom",
+            "the model's weights alone do not fit in this GPU memory; lowering --mem-fraction-static cannot help",
+            "Use more GPUs (--tp-size) on a larger node, a smaller or more strongly quantized checkpoint "
+            "(e.g. AWQ/GPTQ 4-bit), or a GPU with more memory.",
+            confidence=0.75,
+        )
+    current = _fraction(ctx)
+    lower = round(max((current or AUTO_FRACTION) - 0.07, 0.5), 2)
+    edits = [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))]
+    if ctx.already_tried(edits):
+        edits = [SetFlag(flag="--chunked-prefill-size", values=("2048",))]
+    return fix(
+        ctx,
+        edits,
+        "oom",
+        "CUDA ran out of memory after the weights and KV cache were placed",
+        why="activations live outside --mem-fraction-static; a smaller static share (or smaller prefill chunks) leaves them room",
+        confidence=0.6,
+    )
+
+
+@playbook(
+    id="sglang.memory.unbalanced",
+    category="stale-gpu-process",
+    pattern=r"The memory capacity is unbalanced",
+    priority=20,
+)
+def unbalanced(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """One GPU has much less free memory than the others: another process sits on it."""
+    busy = set(_busy_gpus(ctx))
+    if ctx.gpus is not None and ctx.gpus.ok and busy and not ctx.view.env("CUDA_VISIBLE_DEVICES"):
+        free = [g.index for g in ctx.gpus.gpus if g.index not in busy]
+        need = ctx.view.tp * (ctx.view.int("--pp-size") or 1)
+        if len(free) >= need:
+            devices = ",".join(str(i) for i in free[:need])
+            return fix(
+                ctx,
+                [SetEnv(name="CUDA_VISIBLE_DEVICES", value=devices)],
+                "stale-gpu-process",
+                f"GPU {', '.join(map(str, sorted(busy)))} is partly taken by another process",
+                why=f"GPUs {devices} are free; the launch uses only those",
+                confidence=0.8,
+            )
+    return stop(
+        ctx,
+        "stale-gpu-process",
+        "free memory differs between the GPUs of this launch: another process holds memory on one of them",
+        "Find it with `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` and stop it (deploy "
+        "--allow-kill does that for you), or pick idle GPUs with CUDA_VISIBLE_DEVICES.",
+    )
+
+
+@playbook(
+    id="sglang.memory.host-ram",
+    category="oom",
+    pattern=r"Exit code: -9|^Killed$|Out of memory: Killed process",
+    priority=40,
+)
+def host_ram(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A process vanished with SIGKILL and no traceback: the Linux OOM killer (host RAM)."""
+    if ctx.root.kind not in ("killed", "none", "message"):
+        return None
+    return stop(
+        ctx,
+        "oom",
+        "a SGLang process was killed by the operating system (exit code -9): host RAM ran out, not GPU memory",
+        "Check `dmesg | grep -i 'killed process'`; add RAM or swap, load fewer ranks per node, or use a "
+        "checkpoint format that does not materialise full weights in RAM.",
+        confidence=0.7,
+    )
+
+
+@playbook(
+    id="sglang.memory.request-slots",
+    category="oom",
+    when=("exited", "unhealthy"),
+    pattern=r"alloc_req_slots runs out of memory",
+    priority=30,
+)
+def request_slots(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Request slots ran out at runtime."""
+    current = ctx.view.int("--max-running-requests")
+    target = max((current or 64) // 2, 1)
+    return fix(
+        ctx,
+        [SetFlag(flag="--max-running-requests", values=(str(target),))],
+        "oom",
+        "SGLang ran out of request slots",
+        why="fewer concurrent requests need fewer slots",
+        confidence=0.7,
+    )

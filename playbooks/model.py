@@ -1,0 +1,158 @@
+"""The model itself: paths, the Hub, custom code, architectures, context length."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import SetFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.flag_checks import check_flags
+
+_DERIVED = re.compile(
+    r"User-specified context_length \((\d+)\) is greater than the derived context_length \((\d+)\)"
+)
+
+
+@playbook(
+    id="sglang.model.missing",
+    category="model-path",
+    pattern=r"Repo id must be in the form|is not a local folder and is not a valid model identifier|Unrecognized model in|"
+    r"does not appear to have a file named config\.json|Incorrect path_or_model_id",
+    priority=30,
+)
+def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The model (or draft) path is neither a folder with config.json nor a Hub repo."""
+    return stop(
+        ctx,
+        "model-path",
+        f"a model path cannot be found: {ctx.root.error_line or 'see the log'}",
+        "Point --model-path (and --speculative-draft-model-path) at a folder containing config.json, or at a "
+        "valid Hugging Face repo id.",
+    )
+
+
+@playbook(
+    id="sglang.model.offline",
+    category="model-path",
+    pattern=r"We couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|cannot find the requested files in the (?:local|disk) cache",
+    priority=30,
+)
+def offline(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The model is not on disk and the Hub cannot be reached."""
+    return stop(
+        ctx,
+        "model-path",
+        "the model is not in the local cache and the Hugging Face Hub cannot be reached",
+        "Download it first (`hf download REPO`), point --model-path at the local folder, or set HF_ENDPOINT to a mirror.",
+    )
+
+
+@playbook(
+    id="sglang.model.gated",
+    category="model-path",
+    pattern=r"gated repo|401 Client Error|Access to model .* is restricted",
+    priority=30,
+)
+def gated(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A gated repo without an accepted licence or token."""
+    return stop(
+        ctx,
+        "model-path",
+        "the model repo is gated",
+        "Accept its licence on the Hub and export HF_TOKEN before launching.",
+    )
+
+
+@playbook(
+    id="sglang.model.remote-code",
+    category="trust-remote-code",
+    pattern=r"trust_remote_code=True|requires you to execute (?:the )?(?:configuration|custom) (?:file|code)|contains custom code which must be executed",
+    priority=25,
+)
+def remote_code(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The model ships its own code; transformers runs it only when allowed."""
+    if ctx.view.has("--trust-remote-code"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--trust-remote-code")],
+        "trust-remote-code",
+        "the model's config or tokenizer is custom code that needs --trust-remote-code",
+        why="the repository's auto_map points at its own Python code; read it before trusting it",
+        confidence=0.9,
+    )
+
+
+@playbook(
+    id="sglang.model.architecture",
+    category="other",
+    pattern=r"does not recognize this architecture|are not supported for now|Model architectures? \[.*\] (?:is|are) not supported",
+    priority=40,
+)
+def architecture(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """An architecture SGLang (or its transformers) has no implementation for."""
+    text = ctx.search_text
+    if "does not recognize this architecture" in text and not ctx.view.has("--trust-remote-code"):
+        return fix(
+            ctx,
+            [SetFlag(flag="--trust-remote-code")],
+            "trust-remote-code",
+            "transformers does not know this architecture; the repo may ship its own code",
+            why="with --trust-remote-code transformers loads the architecture from the repository",
+            confidence=0.5,
+        )
+    if (
+        "--model-impl" in ctx.catalog
+        and ctx.view.get("--model-impl") != "transformers"
+        and "not supported" in text
+    ):
+        return fix(
+            ctx,
+            [SetFlag(flag="--model-impl", values=("transformers",))],
+            "other",
+            "SGLang has no native implementation of this architecture",
+            why="--model-impl transformers runs it through the Transformers implementation (slower, but it serves)",
+            confidence=0.6,
+        )
+    return stop(
+        ctx,
+        "other",
+        "this architecture is not supported by the installed SGLang/transformers",
+        "Upgrade SGLang (it pins transformers) or use a supported checkpoint.",
+    )
+
+
+@playbook(id="sglang.model.context-length", category="context-length", pattern=_DERIVED.pattern, priority=25)
+def context_length(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--context-length above what the model was built for."""
+    assert m is not None
+    derived = m.group(2)
+    return fix(
+        ctx,
+        [SetFlag(flag="--context-length", values=(derived,))],
+        "context-length",
+        f"--context-length {m.group(1)} is above the model's {derived}",
+        why=f"{derived} is the longest context the model config allows; set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+        "instead only if its RoPE scaling really supports more",
+        confidence=0.85,
+    )
+
+
+@playbook(
+    id="sglang.model.required",
+    category="model-path",
+    pattern=r"--model-path is required|arguments are required: --model-path",
+    priority=25,
+)
+def model_required(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """No --model-path: fix a bare positional model, else say what is missing."""
+    found = [f for f in check_flags(ctx.spec, ctx.catalog) if f.code in ("positional-model", "missing-model")]
+    if found and found[0].edits:
+        return fix(ctx, found[0].edits, "flag-name", found[0].message, why=found[0].why, confidence=0.9)
+    return stop(
+        ctx,
+        "model-path",
+        "the command gives no model",
+        "Add --model-path with a model folder or Hub repo id.",
+    )

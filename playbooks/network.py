@@ -1,0 +1,134 @@
+"""Ports, NCCL and proxies."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision, Retry
+from agent.spec import SetEnv, SetFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.host_checks import DEFAULT_PORT
+from tools.system import find_free_port
+
+_BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)|address already in use|Address already in use")
+
+
+def _new_port(ctx: Context, busy: int) -> str | None:
+    host = ctx.view.get("--host") or "127.0.0.1"
+    port = find_free_port(busy + 10, host)
+    return str(port) if port else None
+
+
+@playbook(
+    id="sglang.network.http-port",
+    category="port-in-use",
+    when=("exited", "hung"),
+    pattern=r"\[Errno 98\]|address already in use",
+    priority=15,
+)
+def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The HTTP port is taken; SGLang then hangs forever. Move to a free port."""
+    current = ctx.view.int("--port") or DEFAULT_PORT
+    new = _new_port(ctx, current)
+    if new is None:
+        return stop(
+            ctx,
+            "port-in-use",
+            f"port {current} is taken and no free port was found near it",
+            "Free a port or pass --port.",
+        )
+    return fix(
+        ctx,
+        [SetFlag(flag="--port", values=(new,))],
+        "port-in-use",
+        f"port {current} is already in use (another server?), so SGLang cannot serve and hangs",
+        why=f"{new} is free; SGLang also takes a few ports above --port, hence the gap",
+        confidence=0.9,
+    )
+
+
+@playbook(
+    id="sglang.network.internal-port",
+    category="port-in-use",
+    pattern=r"is not available in \d+ seconds|Port is already in use\.|ZMQError: Address already in use",
+    priority=20,
+)
+def internal_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A port SGLang derives from --port (scheduler, detokenizer, NCCL) is taken."""
+    current = ctx.view.int("--port") or DEFAULT_PORT
+    new = _new_port(ctx, current + 20)
+    if new is None:
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--port", values=(new,))],
+        "port-in-use",
+        "an internal port SGLang derives from --port is taken (often a previous server still running)",
+        why="moving --port moves every port derived from it",
+        confidence=0.75,
+    )
+
+
+@playbook(
+    id="sglang.network.nccl-shm",
+    category="nccl",
+    pattern=r"NCCL WARN Error while creating shared memory|failed to extend /dev/shm|posix_fallocate failed",
+    priority=25,
+)
+def nccl_shm(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """NCCL cannot create its shared-memory segments: /dev/shm is too small (Docker's default 64 MB)."""
+    decision = fix(
+        ctx,
+        [SetEnv(name="NCCL_SHM_DISABLE", value="1")],
+        "nccl",
+        "NCCL ran out of shared memory (/dev/shm) while setting up tensor parallelism",
+        why="NCCL_SHM_DISABLE=1 makes NCCL use other transports; the real fix is a larger --shm-size or --ipc=host",
+        confidence=0.7,
+    )
+    return decision or stop(
+        ctx, "nccl", "NCCL has no shared memory", "Start the container with --shm-size=16g or --ipc=host."
+    )
+
+
+@playbook(
+    id="sglang.network.nccl-system",
+    category="nccl",
+    pattern=r"NCCL error: unhandled system error|ncclSystemError|ncclUnhandledCudaError",
+    priority=50,
+)
+def nccl_system(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """NCCL failed to initialise for a system reason (shared memory, interfaces, P2P)."""
+    if not ctx.view.truthy_env("NCCL_P2P_DISABLE") and re.search(r"p2p|peer|P2P", ctx.search_text):
+        return fix(
+            ctx,
+            [SetEnv(name="NCCL_P2P_DISABLE", value="1")],
+            "nccl",
+            "NCCL's peer-to-peer transport failed",
+            why="NCCL_P2P_DISABLE=1 routes through host memory",
+            confidence=0.6,
+        )
+    return stop(
+        ctx,
+        "nccl",
+        "NCCL could not initialise the tensor-parallel group (a system error)",
+        "Rerun with NCCL_DEBUG=INFO to see why; in Docker give --shm-size=16g or --ipc=host; on multi-node set NCCL_SOCKET_IFNAME.",
+    )
+
+
+@playbook(
+    id="sglang.network.hub-transient",
+    category="model-path",
+    pattern=r"(?:50[0-4]|429) (?:Server|Client) Error|Read timed out|Connection reset by peer.*huggingface",
+    priority=45,
+)
+def hub_transient(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The Hugging Face Hub answered 5xx/429 or timed out: retry the same command later."""
+    if not re.search(r"huggingface|hf\.co|hub", ctx.search_text, re.I):
+        return None
+    return Retry(
+        category="model-path",
+        summary="the Hugging Face Hub failed transiently while downloading",
+        why="a 5xx/429/timeout from the Hub is not caused by the command",
+        evidence=ctx.evidence(),
+        confidence=0.7,
+    )

@@ -1,0 +1,111 @@
+"""Tensor parallelism that cannot work: more ranks than GPUs, sizes that do not divide the model, GPUs
+that cannot talk peer-to-peer."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import SetFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.host_checks import visible_gpus
+
+_PARTITION = re.compile(
+    r"output_partition_size = (\d+) is not divisible by weight quantization block_n = (\d+)"
+)
+
+
+@playbook(
+    id="sglang.parallel.peer-access",
+    category="nccl",
+    pattern=r"peer access is not supported|custom_all_reduce|CustomAllreduce|register_graph_buffers|cudaIpcOpenMemHandle",
+    priority=25,
+)
+def peer_access(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Custom all-reduce needs CUDA peer-to-peer between the GPUs (GeForce cards, some VMs have none)."""
+    if ctx.view.tp * (ctx.view.int("--pp-size") or 1) < 2 and not re.search(r"peer access", ctx.search_text):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--disable-custom-all-reduce")],
+        "nccl",
+        "SGLang's custom all-reduce cannot use peer-to-peer access between these GPUs",
+        why="--disable-custom-all-reduce makes tensor parallelism use NCCL, which works without P2P",
+        confidence=0.9,
+    )
+
+
+@playbook(
+    id="sglang.parallel.heads",
+    category="tp-config",
+    pattern=r"total_num_heads % tp_size|num_heads % tp_size|must be divisible by (?:--)?tp[-_]size|divisible by tensor parallel size",
+    priority=30,
+)
+def heads_not_divisible(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The TP size does not divide the attention heads."""
+    heads = ctx.model.num_attention_heads if ctx.model else None
+    tp = ctx.view.tp
+    if heads:
+        options = [t for t in range(tp - 1, 0, -1) if heads % t == 0 and t & (t - 1) == 0]
+        if options:
+            return fix(
+                ctx,
+                [SetFlag(flag="--tp-size", values=(str(options[0]),))],
+                "tp-config",
+                f"--tp-size {tp} does not divide the model's {heads} attention heads",
+                why=f"{options[0]} divides {heads}; use pipeline or data parallelism for the other GPUs",
+                confidence=0.75,
+            )
+    return stop(
+        ctx,
+        "tp-config",
+        f"--tp-size {tp} does not divide the model's attention heads",
+        "Pick a --tp-size that divides num_attention_heads in config.json (and the KV heads, or is divided by them).",
+    )
+
+
+@playbook(id="sglang.parallel.block-quant", category="tp-config", pattern=_PARTITION.pattern, priority=30)
+def block_quant(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Block-quantized (FP8) weights split by TP into shards that are not whole blocks."""
+    assert m is not None
+    shard, block = int(m.group(1)), int(m.group(2))
+    tp = ctx.view.tp
+    total = shard * tp
+    valid = [t for t in (1, 2, 4, 8, 16) if total % t == 0 and (total // t) % block == 0]
+    return stop(
+        ctx,
+        "tp-config",
+        f"at --tp-size {tp} a weight of {total} rows splits into {shard}-row shards, not a multiple of the "
+        f"{block}-wide quantization blocks",
+        f"TP sizes that keep whole blocks for this layer: {', '.join(map(str, valid)) or 'none'} (if the model "
+        "fits there), or an unquantized / differently quantized checkpoint; otherwise it needs a code change "
+        "in SGLang's sharding.",
+    )
+
+
+@playbook(
+    id="sglang.parallel.too-many-ranks",
+    category="tp-config",
+    pattern=r"invalid device ordinal|gpu_id < num_gpus|No CUDA GPUs are available|assert gpu_id",
+    priority=18,
+)
+def too_many_ranks(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """More TP ranks than visible GPUs."""
+    visible = visible_gpus(ctx.view, ctx.gpus)
+    tp = ctx.view.tp
+    if visible and tp > visible:
+        best = max(t for t in (1, 2, 4, 8, 16) if t <= visible)
+        return fix(
+            ctx,
+            [SetFlag(flag="--tp-size", values=(str(best),))],
+            "tp-config",
+            f"--tp-size {tp} asks for more GPUs than the {visible} visible",
+            why=f"{best} ranks fit the visible GPUs; the model must still fit in their memory",
+            confidence=0.7,
+        )
+    return stop(
+        ctx,
+        "tp-config",
+        f"a TP rank found no GPU (--tp-size {tp})",
+        "Make --tp-size × --pp-size at most the number of visible GPUs (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`).",
+    )

@@ -1,0 +1,217 @@
+"""Speculative decoding failures: a useless drafter (accept length ~1.0), SGLang's rules on
+steps/topk/draft tokens, and features the speculative path does not support."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision, Finding
+from agent.spec import SetEnv, SetFlag
+from playbooks.base import Context, fix, playbook, stop
+from playbooks.spec_checks import NO_SPEC_BACKENDS, check_speculative
+from playbooks.translate import EAGLE_FAMILY, draft_algorithm
+
+DEGRADED_MAX = 1.05
+"""An accept length this close to 1.0 means every drafted token is rejected."""
+
+
+def _spec_findings(ctx: Context, *codes: str) -> list[Finding]:
+    found = check_speculative(ctx.spec, ctx.catalog, ctx.model, ctx.draft)
+    return [f for f in found if f.code in codes and f.edits]
+
+
+def _from_finding(ctx: Context, f: Finding, evidence: tuple[str, ...] = ()) -> Decision | None:
+    return fix(
+        ctx,
+        f.edits,
+        f.category,
+        f.message,
+        why=f.why,
+        evidence=evidence or ctx.evidence(),
+        confidence=f.confidence,
+    )
+
+
+@playbook(id="sglang.spec.accept-length-one", category="spec-draft-mismatch", when=("degraded",), priority=10)
+def accept_length_one(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The server answers but every draft token is rejected: the drafter does not match the algorithm."""
+    accept = ctx.outcome.accept_length
+    if accept is None or accept > DEGRADED_MAX:
+        return None
+    evidence = ctx.evidence(r"accept[ _]len", r"spec_accept_length") or (f"accept length {accept:.2f}",)
+    mismatch = _spec_findings(ctx, "eagle3-draft-as-eagle", "eagle-draft-as-eagle3")
+    if mismatch:
+        return _from_finding(ctx, mismatch[0], evidence)
+    view = ctx.view
+    draft = view.get("--speculative-draft-model-path")
+    if (
+        view.algorithm in ("EAGLE", "EAGLE3")
+        and draft
+        and draft_algorithm(draft) == "STANDALONE"
+        and ctx.draft
+        and ctx.draft.has_config
+    ):
+        return fix(
+            ctx,
+            [SetFlag(flag="--speculative-algorithm", values=("STANDALONE",))],
+            "spec-draft-mismatch",
+            f"the draft {draft} is a plain language model ({ctx.draft.architecture}), not an EAGLE head",
+            why="a small standalone model drafts with --speculative-algorithm STANDALONE",
+            evidence=evidence,
+            confidence=0.7,
+        )
+    return stop(
+        ctx,
+        "spec-draft-mismatch",
+        f"speculative decoding runs but accepts nothing (accept length {accept:.2f}): the draft does not predict this target",
+        "Use a draft trained for this exact target model (same tokenizer and hidden size); check that the "
+        "algorithm matches the draft (EAGLE3 for EAGLE-3 heads).",
+        evidence=evidence,
+        confidence=0.6,
+    )
+
+
+@playbook(
+    id="sglang.spec.steps-missing",
+    category="spec-config",
+    pattern=r"AssertionError|speculative_eagle_topk is None and speculative_num_draft_tokens is None",
+    priority=20,
+)
+def steps_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """topk or draft tokens without num-steps: SGLang's bare AssertionError in the speculative hook."""
+    found = _spec_findings(ctx, "spec-steps-missing")
+    return _from_finding(ctx, found[0]) if found else None
+
+
+@playbook(
+    id="sglang.spec.only-steps",
+    category="spec-config",
+    pattern=r"TypeError: '[<>]=?' not supported between instances of 'NoneType' and 'int'",
+    priority=20,
+)
+def only_steps(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """num-steps alone leaves topk and draft tokens unset; a later comparison with None fails."""
+    found = _spec_findings(ctx, "spec-only-steps", "spec-topk-missing")
+    return _from_finding(ctx, found[0]) if found else None
+
+
+@playbook(
+    id="sglang.spec.unknown-algorithm",
+    category="spec-config",
+    pattern=r"Unknown speculative algorithm name",
+    priority=20,
+)
+def unknown_algorithm(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """An algorithm name this SGLang does not have."""
+    found = _spec_findings(ctx, "spec-unknown-algorithm")
+    if found:
+        return _from_finding(ctx, found[0])
+    return stop(
+        ctx,
+        "spec-config",
+        "SGLang does not know this speculative algorithm",
+        "Pick one from `--help` (Builtins: ...).",
+    )
+
+
+@playbook(
+    id="sglang.spec.dp-attention",
+    category="spec-config",
+    pattern=r"speculative decoding does not support dp attention|does not support DP attention",
+    priority=20,
+)
+def dp_attention(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """NGRAM and STANDALONE drafting cannot run with DP attention; keep the drafter, drop DP attention."""
+    found = _spec_findings(ctx, "spec-dp-attention")
+    return _from_finding(ctx, found[0]) if found else None
+
+
+@playbook(
+    id="sglang.spec.needs-chain",
+    category="spec-config",
+    pattern=r"only supports topk = 1|requires --speculative-eagle-topk=1|speculative_eagle_topk(?:\(\d+\))? > 1 with page_size",
+    priority=20,
+)
+def needs_chain(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Tree drafting (topk > 1) where only a chain is supported: backend, paging or rejection sampling."""
+    steps = ctx.view.int("--speculative-num-steps")
+    edits = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
+    if steps is not None:
+        edits.append(SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
+    return fix(
+        ctx,
+        edits,
+        "spec-config",
+        f"tree drafting is not supported here: {ctx.root.error_line}",
+        why="topk 1 drafts a single chain of num-steps tokens, which every backend supports",
+    )
+
+
+@playbook(
+    id="sglang.spec.v2-tree-shapes",
+    category="spec-config",
+    pattern=r"Sizes of tensors must match|shape .* is invalid for input of size|size mismatch",
+    priority=30,
+)
+def spec_v2_tree(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A tensor-shape crash in the draft path with topk > 1: the overlap (v2) worker drafts chains only."""
+    view = ctx.view
+    topk = view.int("--speculative-eagle-topk") or 1
+    in_draft = any(
+        re.search(r"speculative|eagle|draft", f.path + f.function, re.I) for f in ctx.root.frames
+    ) or re.search(r"eagle|draft|speculative", ctx.search_text, re.I)
+    if view.algorithm not in EAGLE_FAMILY or topk <= 1 or not in_draft:
+        return None
+    steps = view.int("--speculative-num-steps")
+    edits = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
+    if steps is not None:
+        edits.append(SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
+    why = "the overlap (spec v2) EAGLE worker implements chain drafting (topk 1) only"
+    decision = fix(
+        ctx,
+        edits,
+        "spec-config",
+        f"tree drafting (topk {topk}) breaks the draft step's tensor shapes",
+        why=why,
+    )
+    if decision is None and view.truthy_env("SGLANG_ENABLE_SPEC_V2"):
+        decision = fix(
+            ctx,
+            [SetEnv(name="SGLANG_ENABLE_SPEC_V2", value="0")],
+            "spec-config",
+            "tree drafting under spec v2 breaks the draft step",
+            why="the v1 worker supports tree drafting",
+        )
+    return decision
+
+
+@playbook(
+    id="sglang.spec.attention-backend",
+    category="attention-backend",
+    pattern=r"not supported with Flex Attention|'NoneType' object has no attribute|TARGET_VERIFY|spec_info",
+    priority=30,
+)
+def backend_without_spec(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """An attention backend without a speculative (target-verify) path crashes once drafts are verified."""
+    backend = ctx.view.get("--attention-backend")
+    if ctx.view.algorithm is None or backend not in NO_SPEC_BACKENDS:
+        return None
+    found = _spec_findings(ctx, "spec-attention-backend")
+    return _from_finding(ctx, found[0]) if found else None
+
+
+@playbook(
+    id="sglang.spec.validation",
+    category="spec-config",
+    pattern=r"(?:ValueError|NotImplementedError): .*(?:--speculative-|speculative)",
+    priority=40,
+)
+def validation(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang's speculative hook rejected a combination it names; apply the matching static fix."""
+    line = ctx.root.error_line or ""
+    named = set(re.findall(r"--[a-z0-9\-]+", line))
+    for f in check_speculative(ctx.spec, ctx.catalog, ctx.model, ctx.draft):
+        flags = {getattr(e, "flag", "") for e in f.edits}
+        if f.edits and f.severity == "error" and (flags & named or not named):
+            return _from_finding(ctx, f)
+    return None

@@ -1,0 +1,105 @@
+"""`specdoctor diagnose` and `specdoctor eval` as scripts and scorers run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import corpus_cases
+
+DATA = Path(__file__).parent / "data"
+CONTRACT_KEYS = [
+    "action",
+    "category",
+    "summary",
+    "evidence",
+    "edits",
+    "command",
+    "env",
+    "playbook",
+    "confidence",
+]
+
+
+def specdoctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("case", corpus_cases(), ids=[c["id"] for c in corpus_cases()])
+def test_case_json_is_exactly_the_contract(case):
+    proc = specdoctor("diagnose", "--case", str(DATA / "corpus" / f"{case['id']}.json"), "--json", "--no-llm")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert list(data) == CONTRACT_KEYS
+    assert data["action"] == case["action"]
+    assert data["category"] == case["category"]
+    assert isinstance(data["evidence"], list) and data["evidence"]
+    assert 0 <= data["confidence"] <= 1
+
+
+def test_log_file_and_command(tmp_path):
+    log = DATA / "sglang-outputs" / "wrong-flag-num-speculative-tokens.rc2.txt"
+    proc = specdoctor(
+        "diagnose",
+        "--log",
+        str(log),
+        "--json",
+        "--",
+        "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE3 --speculative-draft-model-path D "
+        "--speculative-eagle-topk 1 --num-speculative-tokens 16",
+    )
+    data = json.loads(proc.stdout)
+    assert data["action"] == "fix" and "--speculative-num-draft-tokens 16" in data["command"]
+    assert data["evidence"][0] == "sglang serve: error: unrecognized arguments: --num-speculative-tokens 16"
+
+
+def test_human_output_shows_the_diff():
+    proc = specdoctor("diagnose", "--case", str(DATA / "corpus" / "reasoning-parser-underscore.json"))
+    assert proc.returncode == 0
+    assert "FIX [flag-name]" in proc.stdout and "corrected command:" in proc.stdout
+    assert "--reasoning-parser kimi_k2" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["diagnose", "--log", "/nonexistent.log", "--", "python", "-m", "sglang.launch_server"],
+            "cannot read log",
+        ),
+        (["diagnose", "--log", "x.log"], "give the command"),
+        (["diagnose", "--case", "/nonexistent.json"], "cannot read case"),
+        (["eval", "/nonexistent-dir"], "no crash cases"),
+    ],
+)
+def test_bad_input(args, says):
+    proc = specdoctor(*args)
+    assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_case_with_a_missing_key(tmp_path):
+    case = json.loads((DATA / "corpus" / "reasoning-parser-underscore.json").read_text())
+    del case["log"]
+    (tmp_path / "c.json").write_text(json.dumps(case))
+    proc = specdoctor("diagnose", "--case", str(tmp_path / "c.json"))
+    assert proc.returncode == 2 and "log: field required" in proc.stderr
+
+
+def test_corrupt_case(tmp_path):
+    (tmp_path / "c.json").write_text("{not json")
+    proc = specdoctor("diagnose", "--case", str(tmp_path / "c.json"))
+    assert proc.returncode == 2 and "is not JSON" in proc.stderr
+
+
+def test_eval_on_the_corpus_meets_the_bar():
+    proc = specdoctor("eval", str(DATA / "corpus"), "--json")
+    totals = json.loads(proc.stdout)["totals"]
+    assert totals["fixes_solved"] / totals["fix_cases"] >= 0.9
+    assert totals["stopped_correctly"] == totals["stop_cases"]
+    assert totals["category_right"] / totals["cases"] >= 0.85

@@ -1,0 +1,506 @@
+"""Every built-in playbook, each on a real log: a corpus case (real SGLang issue threads), a real output of
+SGLang 0.5.23 on this CPU machine, or a real message recorded in /work/shared/gpu/signatures.md."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from agent.decision import Fix, Retry, Stop
+from agent.diagnose import context_for, decide, gpus_from_case, outcome_from_log
+from agent.spec import LaunchSpec
+from playbooks.registry import all_playbooks
+from tools.catalog_load import bundled
+
+DATA = Path(__file__).parent / "data"
+CAT = bundled("0.5.23")
+PY = "python -m sglang.launch_server"
+
+
+def real_log(name: str) -> list[str]:
+    """Body of a recorded file (after its `# ---` header), or a corpus case's log."""
+    if name.startswith("corpus:"):
+        return json.loads((DATA / "corpus" / f"{name[7:]}.json").read_text())["log"].splitlines()
+    text = (DATA / name).read_text()
+    return [
+        ln
+        for ln in text.split("\n# ---", 1)[-1].splitlines()
+        if not ln.startswith("# ") and not ln.startswith("---")
+    ]
+
+
+@dataclass
+class Scenario:
+    playbook: str
+    command: str
+    log: str
+    action: type
+    category: str
+    flags: dict[str, str | None] = field(default_factory=dict)
+    """Expected values in the corrected command (None: absent; "": present without a value)."""
+    gpus: str | None = None
+    exit_kind: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+S = Scenario
+SCENARIOS = [
+    S(
+        "sglang.argparse",
+        f"{PY} --model-path M --tp 8 --num-speculative-tokens 16 --speculative-algorithm EAGLE3 --speculative-draft-model-path D --speculative-eagle-topk 1",
+        "sglang-outputs/wrong-flag-num-speculative-tokens.rc2.txt",
+        Fix,
+        "flag-name",
+        {
+            "--speculative-num-draft-tokens": "16",
+            "--speculative-num-steps": "15",
+            "--num-speculative-tokens": None,
+        },
+    ),
+    S(
+        "sglang.argparse",
+        f"{PY} --model-path M --attention-backend flashinfr",
+        "sglang-outputs/invalid-choice-attention-backend-typo.rc2.txt",
+        Fix,
+        "invalid-choice",
+        {"--attention-backend": "flashinfer"},
+    ),
+    S(
+        "sglang.argparse",
+        f"{PY} --model-path M --mem-fraction-static abc",
+        "sglang-outputs/bad-type-mem-fraction-static.rc2.txt",
+        Stop,
+        "flag-name",
+    ),
+    S(
+        "sglang.spec.accept-length-one",
+        f"{PY} --model-path moonshotai/Kimi-K2.5 --tp 8 --trust-remote-code --speculative-algorithm EAGLE --speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3",
+        "corpus:eagle-algo-with-eagle3-draft-accept-1",
+        Fix,
+        "spec-draft-mismatch",
+        {"--speculative-algorithm": "EAGLE3"},
+        exit_kind="runs-but-degraded",
+    ),
+    S(
+        "sglang.spec.accept-length-one",
+        f"{PY} --model-path org/target --speculative-algorithm EAGLE3 --speculative-draft-model-path org/some-draft",
+        "corpus:eagle-algo-with-eagle3-draft-accept-1",
+        Stop,
+        "spec-draft-mismatch",
+        exit_kind="runs-but-degraded",
+    ),
+    S(
+        "sglang.cuda-graph.capture",
+        "sglang serve --model-path /models/DeepSeek-V4.1-checkpoint --tp 8 --speculative-algorithm DSPARK --trust-remote-code",
+        "corpus:dsv41-dspark-decode-graph-oom",
+        Fix,
+        "cuda-graph",
+        {"--cuda-graph-max-bs-decode": "64"},
+    ),
+    S(
+        "sglang.cuda-graph.capture",
+        f"{PY} --model-path M --tp 8 --mem-fraction-static 0.95",
+        "signature-logs/row-09-oom.txt",
+        Fix,
+        "cuda-graph",
+        {"--mem-fraction-static": "0.88"},
+    ),
+    S(
+        "sglang.cuda-graph.capture",
+        f"{PY} --model-path openai/gpt-oss-20b --enable-torch-compile",
+        "corpus:gpt-oss-torch-compile-capture-failure",
+        Fix,
+        "cuda-graph",
+        {"--enable-torch-compile": None},
+    ),
+    S(
+        "sglang.cuda-graph.capture",
+        f"{PY} --model-path M --tp 8",
+        "corpus:deepseek-v25-cuda-graph-capture-bug",
+        Stop,
+        "engine-bug",
+    ),
+    S(
+        "sglang.network.http-port",
+        f"{PY} --model-path M --port 31999",
+        "sglang-outputs/port-http-in-use-vllm-stub.rc137.txt",
+        Fix,
+        "port-in-use",
+        {"--port": "*"},
+    ),
+    S(
+        "sglang.spec.steps-missing",
+        f"{PY} --model-path M --device cpu --speculative-algorithm EAGLE3 --speculative-draft-model-path D --speculative-eagle-topk 4",
+        "sglang-outputs/spec-topk-without-num-steps.rc1.txt",
+        Fix,
+        "spec-config",
+        {"--speculative-num-steps": "2"},
+    ),
+    S(
+        "sglang.spec.only-steps",
+        "SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path /models/any-MTP-model --speculative-algorithm NEXTN --speculative-num-steps 1",
+        "corpus:spec-num-steps-without-topk-typeerror",
+        Fix,
+        "spec-config",
+        {"--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "2"},
+    ),
+    S(
+        "sglang.spec.unknown-algorithm",
+        f"{PY} --model-path M --speculative-algorithm EAGLE4",
+        "sglang-outputs/invalid-speculative-algorithm-EAGLE4.rc1.txt",
+        Stop,
+        "spec-config",
+    ),
+    S(
+        "sglang.spec.dp-attention",
+        f"{PY} --model-path /models/model --tp-size 4 --dp-size 4 --enable-dp-attention --speculative-algorithm NGRAM",
+        "corpus:ngram-with-dp-attention-rejected",
+        Fix,
+        "spec-config",
+        {"--enable-dp-attention": None, "--speculative-algorithm": "NGRAM"},
+    ),
+    S(
+        "sglang.spec.needs-chain",
+        f"{PY} --model-path M --device cpu --speculative-algorithm EAGLE3 --speculative-draft-model-path D --speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8 --page-size 16",
+        "sglang-outputs/spec-topk-gt-1-page-size-gt-1.rc1.txt",
+        Fix,
+        "spec-config",
+        {"--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "4"},
+    ),
+    S(
+        "sglang.memory.kv-pool-empty",
+        f"{PY} --model-path M --mem-fraction-static 0.2",
+        "signature-logs/row-05.txt",
+        Fix,
+        "oom",
+        {"--mem-fraction-static": "0.88"},
+    ),
+    S(
+        "sglang.memory.kv-pool-empty",
+        f"{PY} --model-path M --mem-fraction-static 0.95",
+        "signature-logs/row-05.txt",
+        Stop,
+        "oom",
+    ),
+    S(
+        "sglang.memory.unbalanced",
+        f"{PY} --model-path /workspace/model/Qwen2.5-72-int4 --tp-size 2",
+        "corpus:memory-unbalanced-other-processes",
+        Stop,
+        "stale-gpu-process",
+    ),
+    S(
+        "sglang.network.internal-port",
+        f"{PY} --model-path M --port 30000",
+        "signature-logs/row-19.txt",
+        Fix,
+        "port-in-use",
+        {"--port": "*"},
+    ),
+    S(
+        "sglang.hardware.no-gpu",
+        f"{PY} --model-path M",
+        "sglang-outputs/no-device-flag-no-accelerator.rc1.txt",
+        Stop,
+        "driver-cuda",
+    ),
+    S("sglang.hardware.no-gpu", f"{PY} --model-path M", "signature-logs/row-61.txt", Stop, "driver-cuda"),
+    S(
+        "sglang.hardware.driver-too-old",
+        f"{PY} --model-path M",
+        "signature-logs/row-30.txt",
+        Stop,
+        "driver-cuda",
+    ),
+    S(
+        "sglang.hardware.no-kernel-image",
+        f"{PY} --model-path M",
+        "signature-logs/row-29.txt",
+        Stop,
+        "driver-cuda",
+    ),
+    S(
+        "sglang.parallel.peer-access",
+        f"{PY} --served-model-name=qwen --trust-remote-code --model=./Qwen2.5-0.5B-Instruct --tensor-parallel-size=2",
+        "corpus:custom-allreduce-4090-peer-access",
+        Fix,
+        "nccl",
+        {"--disable-custom-all-reduce": ""},
+    ),
+    S(
+        "sglang.network.nccl-shm",
+        f"{PY} --model-path M --tp-size 8",
+        "signature-logs/row-38.txt",
+        Fix,
+        "nccl",
+        env={"NCCL_SHM_DISABLE": "1"},
+    ),
+    S(
+        "sglang.model.remote-code",
+        f"{PY} --model-path org/custom-model",
+        "signature-logs/row-52.txt",
+        Fix,
+        "trust-remote-code",
+        {"--trust-remote-code": ""},
+    ),
+    S(
+        "sglang.model.context-length",
+        f"{PY} --model-path M --device cpu --context-length 100000",
+        "sglang-outputs/context-length-over-model-max.rc1.txt",
+        Fix,
+        "context-length",
+        {"--context-length": "512"},
+    ),
+    S(
+        "sglang.model.required",
+        "sglang serve --device cpu",
+        "sglang-outputs/serve-missing-model-path.rc1.txt",
+        Stop,
+        "model-path",
+    ),
+    S(
+        "sglang.hardware.package-skew",
+        f"{PY} --model-path /models/google--gemma-3-27b-it --tp 4 --attention-backend flashinfer",
+        "corpus:flashinfer-min-version-not-installed",
+        Stop,
+        "driver-cuda",
+    ),
+    S(
+        "sglang.hardware.fa3",
+        f"{PY} --model-path M --attention-backend fa3",
+        "signature-logs/row-28.txt",
+        Fix,
+        "attention-backend",
+        {"--attention-backend": "flashinfer"},
+    ),
+    S(
+        "sglang.spec.v2-tree-shapes",
+        "SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path /dataset/model/llama3.1/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 --speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B --speculative-num-steps 5 --speculative-num-draft-tokens 8 --speculative-eagle-topk 4 --disable-cuda-graph",
+        "corpus:spec-v2-eagle3-topk-gt1",
+        Fix,
+        "spec-config",
+        {"--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "6"},
+        exit_kind="runtime-crash",
+    ),
+    S(
+        "sglang.spec.attention-backend",
+        f"{PY} --model-path /models/model --speculative-algorithm NGRAM --attention-backend torch_native",
+        "corpus:ngram-torch-native-backend",
+        Fix,
+        "attention-backend",
+        {"--attention-backend": None, "--speculative-algorithm": "NGRAM"},
+    ),
+    S(
+        "sglang.memory.request-slots",
+        f"{PY} --model-path M --max-running-requests 64",
+        "signature-logs/row-14.txt",
+        Fix,
+        "oom",
+        {"--max-running-requests": "32"},
+    ),
+    S(
+        "sglang.parallel.heads",
+        f"{PY} --model-path M --tp-size 4",
+        "signature-logs/row-54.txt",
+        Stop,
+        "tp-config",
+    ),
+    S(
+        "sglang.parallel.block-quant",
+        f"{PY} --model-path Step-3.5-Flash-FP8 --tp 4 --ep 4 --quantization fp8 --trust-remote-code",
+        "corpus:step35-fp8-tp4-block-quant-divisibility",
+        Stop,
+        "tp-config",
+    ),
+    S(
+        "sglang.parallel.too-many-ranks",
+        f"{PY} --model-path M --tp-size 8",
+        "signature-logs/row-36.txt",
+        Fix,
+        "tp-config",
+        {"--tp-size": "4"},
+        gpus="4x H100 80GB",
+    ),
+    S(
+        "sglang.model.missing",
+        f"{PY} --model-path /nonexistent/model --device cpu",
+        "sglang-outputs/model-path-nonexistent.rc1.txt",
+        Stop,
+        "model-path",
+    ),
+    S(
+        "sglang.model.offline",
+        f"{PY} --model-path meta-llama/Llama-3.1-8B-Instruct --device cpu",
+        "sglang-outputs/model-hf-repo-id-offline.rc1.txt",
+        Stop,
+        "model-path",
+    ),
+    S(
+        "sglang.model.gated",
+        f"{PY} --model-path meta-llama/Llama-3.1-8B-Instruct",
+        "signature-logs/row-51.txt",
+        Stop,
+        "model-path",
+    ),
+    S(
+        "sglang.hardware.triton-smem",
+        f"{PY} --model-path M --attention-backend triton",
+        "signature-logs/row-41.txt",
+        Fix,
+        "attention-backend",
+        {"--attention-backend": "flashinfer"},
+    ),
+    S(
+        "sglang.hardware.fp8-arch",
+        f"{PY} --model-path M --quantization fp8",
+        "signature-logs/row-fp8-sm86.txt",
+        Fix,
+        "quantization",
+        {"--quantization": None},
+    ),
+    S(
+        "sglang.hardware.missing-module",
+        f"{PY} --model-path M --device cpu",
+        "sglang-outputs/eagle3-device-cpu.rc137.txt",
+        Stop,
+        "driver-cuda",
+    ),
+    S(
+        "sglang.hardware.missing-module",
+        f"{PY} --model-path M --device cpu --port 70000",
+        "sglang-outputs/port-out-of-range-vllm-stub.rc137.txt",
+        Fix,
+        "port-in-use",
+        {"--port": None},
+    ),
+    S(
+        "sglang.spec.validation",
+        f"{PY} --model-path M --device cpu --speculative-algorithm EAGLE3 --speculative-draft-model-path D --speculative-draft-window-size 0",
+        "sglang-outputs/spec-window-size-zero.rc1.txt",
+        Fix,
+        "spec-config",
+        {"--speculative-draft-window-size": None},
+    ),
+    S("sglang.memory.host-ram", f"{PY} --model-path M --tp 8", "signature-logs/row-03.txt", Stop, "oom"),
+    S(
+        "sglang.model.architecture",
+        f"{PY} --model-path org/new-model",
+        "signature-logs/row-53.txt",
+        Fix,
+        "trust-remote-code",
+        {"--trust-remote-code": ""},
+    ),
+    S(
+        "sglang.engine.nan",
+        f"{PY} --model-path M --dtype float16",
+        "signature-logs/row-27.txt",
+        Fix,
+        "other",
+        {"--dtype": "bfloat16"},
+    ),
+    S(
+        "sglang.network.hub-transient",
+        f"{PY} --model-path org/model",
+        "signature-logs/row-hub-503.txt",
+        Retry,
+        "model-path",
+    ),
+    S(
+        "sglang.network.nccl-system",
+        f"{PY} --model-path M --tp-size 8",
+        "signature-logs/row-37.txt",
+        Stop,
+        "nccl",
+    ),
+    S(
+        "sglang.memory.weights-do-not-fit",
+        "python3 -m sglang.launch_server --model-path google/gemma-3-12b-it --dtype=float16 --quantization fp8 --mem-fraction-static 0.6",
+        "corpus:gemma3-12b-on-16gb-oom",
+        Stop,
+        "oom",
+        gpus="1x RTX 4070 Ti SUPER 16GB",
+    ),
+    S(
+        "sglang.memory.weights-do-not-fit",
+        "python3 -m sglang.launch_server --model-path google/gemma-3-12b-it --mem-fraction-static 0.6",
+        "corpus:gemma3-12b-on-16gb-oom",
+        Fix,
+        "oom",
+        {"--tp-size": "2"},
+        gpus="2x RTX 4090",
+    ),
+    S(
+        "sglang.engine.illegal-access",
+        f"{PY} --model-path M",
+        "signature-logs/row-33.txt",
+        Stop,
+        "engine-bug",
+    ),
+    S(
+        "sglang.hardware.torch-compile",
+        f"{PY} --model-path meta-llama/Meta-Llama-3.1-70B-Instruct --tp 8 --quantization fp8 --enable-torch-compile",
+        "corpus:torch-compile-with-fp8-70b-v02",
+        Fix,
+        "quantization",
+        {"--enable-torch-compile": None},
+    ),
+    S(
+        "sglang.engine.static-faults",
+        f"{PY} --model-path M --device cpu --tp-size 0",
+        "sglang-outputs/tp-size-0.rc1.txt",
+        Fix,
+        "tp-config",
+        {"--tp-size": "1"},
+    ),
+    S(
+        "sglang.engine.internal-crash",
+        f"{PY} --model-path google/gemma-2-2b-it --speculative-algorithm EAGLE --speculative-draft-model-path /models/EAGLE-draft-for-the-target",
+        "corpus:eagle-swa-target-gemma-crash",
+        Stop,
+        "engine-bug",
+    ),
+]
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=[f"{s.playbook}:{s.log}" for s in SCENARIOS])
+def test_playbook_on_real_log(s: Scenario):
+    spec = LaunchSpec.parse(s.command)
+    lines = real_log(s.log)
+    ctx = context_for(
+        spec, CAT, lines, gpus=gpus_from_case(s.gpus), outcome=outcome_from_log(lines, s.exit_kind)
+    )
+    decision = decide(ctx)
+    assert isinstance(decision, s.action), decision
+    assert decision.category == s.category, decision
+    if isinstance(decision, Fix):
+        fixed = spec.apply_all(decision.edits, CAT.canonical)
+        for flag, want in s.flags.items():
+            if want is None:
+                assert not fixed.has(flag, CAT.canonical), fixed.shell()
+            elif want == "":
+                assert fixed.has(flag, CAT.canonical) and not fixed.values(flag, CAT.canonical), fixed.shell()
+            elif want == "*":
+                assert fixed.value(flag, CAT.canonical) != spec.value(flag, CAT.canonical), fixed.shell()
+            else:
+                assert fixed.value(flag, CAT.canonical) == want, fixed.shell()
+        for name, value in s.env.items():
+            assert fixed.env_dict().get(name) == value
+        assert decision.evidence
+    owner = decision.playbook
+    assert owner == s.playbook or s.playbook == "sglang.hardware.missing-module", (owner, decision.summary)
+
+
+def test_every_builtin_playbook_is_tested_on_a_real_log():
+    tested = {s.playbook for s in SCENARIOS}
+    missing = sorted(pb.id for pb in all_playbooks() if pb.id not in tested)
+    assert not missing, f"playbooks without a real-log test: {missing}"
+
+
+def test_nothing_close_means_no_confident_guess():
+    spec = LaunchSpec.parse(f"{PY} --model-path M")
+    lines = ["[2026-01-01 00:00:00] Everything looked fine until the process vanished without a word."]
+    decision = decide(context_for(spec, CAT, lines))
+    assert isinstance(decision, Stop) and decision.category == "other" and decision.confidence <= 0.3
