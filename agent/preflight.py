@@ -118,8 +118,8 @@ def validate_edits(
     gpus: GpuReport | None = None,
     host: bool = True,
 ) -> list[str]:
-    """Why these proposed edits are not acceptable (empty when they are): every flag they name must exist,
-    and the command they produce must pass preflight without an error that has no fix."""
+    """Why these proposed edits are not acceptable (empty when they are): every flag they name must exist
+    under its full name, and the command they produce must pass preflight with no error at all."""
     problems: list[str] = []
     for e in edits:
         for name in _flags_named(e):

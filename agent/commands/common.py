@@ -63,7 +63,7 @@ def read_nvidia_smi_file(path: Path) -> GpuReport:
     return report
 
 
-def llm_planner(args: argparse.Namespace):
+def llm_planner(args: argparse.Namespace, host: bool = True):
     """The LLM planner the options and environment configure, or (None, notes saying why not)."""
     if getattr(args, "no_llm", False):
         return None, ("The LLM planner is off (--no-llm).",)
@@ -77,4 +77,4 @@ def llm_planner(args: argparse.Namespace):
     )
     if setup.config is None:
         return None, (f"No LLM was asked: {setup.note}.",)
-    return LLMPlanner(setup.config), ()
+    return LLMPlanner(setup.config, host=host), ()

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = context_from_file(
             spec, choice.catalog, Path(args.log), gpus=gpu_facts(args, live=False), exit_kind=args.exit_kind
         )
-    llm, notes = llm_planner(args)
+    llm, notes = llm_planner(args, host=False)
     decision = decide(ctx, default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None))
     contract = as_contract(decision, ctx)
     if args.json:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError(f"no crash cases (*.json) in {folder}")
     catalog = bundled("0.5.23")
-    llm, notes = llm_planner(args) if args.llm else (None, ())
+    llm, notes = llm_planner(args, host=False) if args.llm else (None, ())
     planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
     scores = []
     for path in paths:
