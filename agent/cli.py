@@ -30,6 +30,8 @@ VERBS = {
     "check": "agent.commands.check",
     "diagnose": "agent.commands.diagnose",
     "eval": "agent.commands.evaluate",
+    "deploy": "agent.commands.deploy",
+    "demo": "agent.commands.demo",
 }
 
 

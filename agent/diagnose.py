@@ -122,18 +122,24 @@ def context_from_file(
     *,
     gpus: GpuReport | None = None,
     exit_kind: str | None = None,
+    outcome: Outcome | None = None,
+    tried: tuple[LaunchSpec, ...] = (),
 ) -> Context:
-    """Like context_for, for a log file of any size (read in bounded memory)."""
+    """Like context_for, for a log file of any size (read in bounded memory). `outcome` is what a watcher
+    saw; without one it is inferred from the log."""
     try:
         summary = scan_file(log)
     except OSError as exc:
         raise UsageError(f"cannot read log {log}: {exc.strerror}") from None
     lines = [*summary.root_cause.block, *summary.compact.splitlines()]
-    outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log))
+    if outcome is None:
+        outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log))
     if summary.accept_length is not None and outcome.accept_length is None:
         outcome = outcome.model_copy(update={"accept_length": summary.accept_length})
     root = summary.root_cause if summary.root_cause.kind != "none" else None
-    return context_for(spec, catalog, lines, gpus=gpus, outcome=outcome, log_text=summary.compact, root=root)
+    return context_for(
+        spec, catalog, lines, gpus=gpus, outcome=outcome, log_text=summary.compact, root=root, tried=tried
+    )
 
 
 def gpus_from_case(text: str | None) -> GpuReport | None:

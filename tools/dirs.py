@@ -18,3 +18,11 @@ def config_dir() -> Path:
     if explicit := os.environ.get("SPECDOCTOR_CONFIG_DIR"):
         return Path(explicit)
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "specdoctor"
+
+
+def runs_dir() -> Path:
+    """Where each run's logs, transcript and report go: `$SPECDOCTOR_RUNS_DIR`, else
+    `$XDG_STATE_HOME/specdoctor/runs`, else `~/.local/state/specdoctor/runs`."""
+    if explicit := os.environ.get("SPECDOCTOR_RUNS_DIR"):
+        return Path(explicit)
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "specdoctor" / "runs"

@@ -130,8 +130,11 @@ class EngineProcess:
         engine_id: str,
         tail_lines: int,
         on_line: Iterable[LineCallback],
+        follow_from: int | None = None,
     ) -> None:
         self._popen = popen
+        self._follow_from = follow_from
+        self._detached = threading.Event()
         self._watchdog = watchdog
         self._log_file: BinaryIO | None = log_file
         self.log_path = log_path
@@ -148,7 +151,8 @@ class EngineProcess:
         self._last_output_at: float | None = None
         self.log_error: str | None = None
         self._tell_watchdog(f"engine {self._identity.pgid} {self._identity.leader_start}\n")
-        self._reader = threading.Thread(target=self._read, name=f"engine-{popen.pid}-reader", daemon=True)
+        reader = self._read if follow_from is None else self._follow
+        self._reader = threading.Thread(target=reader, name=f"engine-{popen.pid}-reader", daemon=True)
         self._watcher = threading.Thread(target=self._watch, name=f"engine-{popen.pid}-watch", daemon=True)
         self._reader.start()
         self._watcher.start()
@@ -164,10 +168,13 @@ class EngineProcess:
         cwd: Path | None = None,
         tail_lines: int = 2000,
         on_line: Iterable[LineCallback] = (),
+        to_file: bool = False,
     ) -> EngineProcess:
         """Start `argv` (no shell) with exactly `env` (plus the launch marker), teeing output to `log_path`.
 
         `on_line` callbacks are registered before the first line is read, so they see every line.
+        `to_file`: the engine writes its output straight into the log (read back by following the file),
+        so it can outlive specdoctor after `detach()`; otherwise it writes into a pipe we drain.
         """
         if not argv:
             raise EngineStartError("no engine command to run: the argv is empty")
@@ -182,12 +189,13 @@ class EngineProcess:
         engine_id = uuid.uuid4().hex
         watchdog = _start_watchdog(engine_id, log_file)
         try:
+            start_offset = log_path.stat().st_size
             popen = subprocess.Popen(
                 list(argv),
                 env={**env, MARKER_VARIABLE: engine_id},
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=log_file if to_file else subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
@@ -195,7 +203,16 @@ class EngineProcess:
             _release_watchdog(watchdog)
             log_file.close()
             raise EngineStartError(_start_failure(argv[0], cwd, exc)) from exc
-        return cls(popen, watchdog, log_file, log_path, engine_id, tail_lines, on_line)
+        return cls(
+            popen,
+            watchdog,
+            log_file,
+            log_path,
+            engine_id,
+            tail_lines,
+            on_line,
+            follow_from=start_offset if to_file else None,
+        )
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -317,6 +334,44 @@ class EngineProcess:
             if self._log_file is not None:
                 self._log_file.close()
                 self._log_file = None
+
+    def _follow(self) -> None:
+        """Read the engine's own writes to the log file back, like `tail -f`, until it exits (or detach)."""
+        assert self._follow_from is not None
+        if self._log_file is not None:
+            self._log_file.close()  # the engine holds its own descriptor
+            self._log_file = None
+        with open(self.log_path, "rb") as f:
+            f.seek(self._follow_from)
+            pending = b""
+            while not self._detached.is_set():
+                chunk = f.readline(_MAX_LINE_BYTES)
+                if chunk:
+                    pending += chunk
+                    if pending.endswith(b"\n") or len(pending) >= _MAX_LINE_BYTES:
+                        self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
+                        pending = b""
+                    continue
+                if self._popen.poll() is not None:
+                    if pending:
+                        self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
+                    return
+                time.sleep(0.05)
+
+    def detach(self) -> None:
+        """Leave the engine running on its own (it must have been started `to_file`): stop following its
+        log, release the watchdog so it does not stop the engine when specdoctor exits."""
+        if self._follow_from is None:
+            raise RuntimeError(
+                "only an engine started with to_file=True can be detached (its output would go to a closed pipe)"
+            )
+        self._detached.set()
+        self._stopping.set()
+        self._tell_watchdog("release\n")
+        _release_watchdog(self._watchdog)
+        self._join_threads()
+        with _live_lock:
+            _live.discard(self)
 
     def _write_log(self, raw: bytes) -> None:
         if self._log_file is None:

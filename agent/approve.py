@@ -1,0 +1,40 @@
+"""Approvers decide whether a proposed change is applied: a policy when unattended, a person in `fix`."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.decision import Fix
+from agent.spec import LaunchSpec
+
+
+class Review(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    approved: bool
+    spec: LaunchSpec | None = Field(
+        default=None, description="The command to launch (a person may have edited it)."
+    )
+    by: str = "policy"
+    note: str = ""
+
+
+class Approver(Protocol):
+    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int) -> Review: ...
+
+
+class PolicyApprover:
+    """Unattended: apply a fix when the planner is confident enough, otherwise stop and say why."""
+
+    def __init__(self, min_confidence: float = 0.5) -> None:
+        self.min_confidence = min_confidence
+
+    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int) -> Review:
+        if decision.confidence < self.min_confidence:
+            return Review(
+                approved=False,
+                note=f"the fix's confidence {decision.confidence:.2f} is under the policy's {self.min_confidence:.2f} "
+                f"({decision.summary}); run `specdoctor fix` to decide yourself",
+            )
+        return Review(approved=True, spec=new, note=f"confidence {decision.confidence:.2f}")

@@ -1,0 +1,103 @@
+"""`specdoctor demo`: the founding story, end to end, on the built-in simulated 8x H200 node.
+
+An 8-GPU SGLang launch of Kimi-K2.5 with a freshly trained EAGLE-3 drafter, with every fault the real
+deployment hit stacked in one command: vLLM's `--num-speculative-tokens`, `--speculative-algorithm EAGLE`
+for an EAGLE-3 draft (the server would start, but accept nothing), a `--mem-fraction-static` too high for
+CUDA graph capture, and a port another server already holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole loop on a built-in simulated 8x H200 node (no GPU needed)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--sim-speed",
+        type=float,
+        default=0.3,
+        metavar="X",
+        help="time scale of the simulated node (default 0.3)",
+    )
+    p.add_argument("--run-dir", metavar="DIR", help="where logs, transcript and report go")
+    p.add_argument("--quiet-stages", action="store_true", help="do not print each startup stage")
+    p.set_defaults(run=run)
+
+
+def seed_command(models: Path, port: int) -> str:
+    return (
+        f"python -m sglang.launch_server --model-path {models / 'Kimi-K2.5'} --tp 8 --trust-remote-code "
+        f"--speculative-algorithm EAGLE --speculative-draft-model-path {models / 'kimi-k2.5-eagle3'} "
+        f"--speculative-eagle-topk 1 --num-speculative-tokens 16 --mem-fraction-static 0.97 --port {port}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.approve import PolicyApprover
+    from agent.console import ConsoleSink
+    from agent.launcher import SimulatedLauncher
+    from agent.render import Out
+    from agent.session import Session, make_run_dir, settings_for
+    from agent.spec import LaunchSpec
+    from tools.catalog_load import CatalogChoice, bundled
+    from tools.process import install_signal_handlers
+
+    install_signal_handlers()
+    models = Path(__file__).resolve().parent.parent / "data" / "demo"
+    out = Out(sys.stdout)
+    with socket.socket() as squatter:
+        # "Another server" already listens on the port the command asks for.
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        spec = LaunchSpec.parse(seed_command(models, port))
+        out.line(
+            "The seed story: Kimi-K2.5 + an EAGLE-3 drafter on 8x H200 (simulated), with four faults in one command.",
+            "bold",
+        )
+        out.line(f"(another server is holding port {port})", "dim")
+        run_dir = make_run_dir(args.run_dir)
+        demo_args = argparse.Namespace(
+            max_launches=6,
+            timeout=600.0,
+            gpu_minutes=None,
+            simulate="h200x8",
+            sim_speed=args.sim_speed,
+            playbooks=None,
+            no_llm=True,
+            report=None,
+        )
+        catalog = bundled("0.5.23")
+        session = Session(
+            spec=spec,
+            choice=CatalogChoice(catalog=catalog, note="flags of SGLang 0.5.23 (bundled --help)"),
+            launcher=SimulatedLauncher("h200x8", speed=args.sim_speed),
+            approver=PolicyApprover(0.5),
+            settings=settings_for(demo_args, run_dir, supervise=False, stop_when_healthy=True),
+            run_dir=run_dir,
+            mode="demo",
+            sinks=[ConsoleSink(out, stages=not args.quiet_stages, canon=catalog.canonical)],
+        )
+        result = session.run(demo_args)
+    if session.report is not None:
+        session.report.write(run_dir / "report.json")
+    launches = len(result.attempts)
+    out.line()
+    out.line(
+        f"{result.kind.upper()} after {launches} launch(es); the first fault was caught before any launch.",
+        "bold",
+    )
+    out.line(
+        f"transcript: {session.transcript_path}  (replay it: specdoctor replay {session.transcript_path})",
+        "dim",
+    )
+    return result.exit_code

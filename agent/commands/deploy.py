@@ -1,0 +1,79 @@
+"""`specdoctor deploy -- CMD`: unattended launch, fix and relaunch until healthy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agent import exitcodes
+from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "deploy",
+        help="unattended: launch, diagnose, fix and relaunch until healthy",
+        description="Check the command, launch it, watch it start, and on failure diagnose, change the command "
+        "and relaunch, until the server is healthy and its speculative decoding works. Changes are applied by "
+        "policy (--min-confidence). Once healthy it keeps supervising in the foreground (a later crash re-enters "
+        "the loop with backoff) unless --detach or --once.",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_command_argument(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--detach",
+        action="store_true",
+        help="once healthy, leave the server running; print its PID, URL and log",
+    )
+    mode.add_argument(
+        "--once",
+        action="store_true",
+        help="once healthy, stop the server and exit 0 (does this command work?)",
+    )
+    p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
+    from agent.session import add_run_options
+
+    add_run_options(p)
+    add_catalog_options(p)
+    add_llm_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.approve import PolicyApprover
+    from agent.commands.common import choose_catalog, read_spec
+    from agent.console import ConsoleSink
+    from agent.render import Out
+    from agent.session import Session, launcher_for, make_run_dir, settings_for
+    from tools.process import install_signal_handlers
+
+    install_signal_handlers()
+    spec = read_spec(args)
+    choice = choose_catalog(spec, args)
+    run_dir = make_run_dir(args.run_dir)
+    out = Out(sys.stderr if args.json else sys.stdout)
+    session = Session(
+        spec=spec,
+        choice=choice,
+        launcher=launcher_for(args),
+        approver=PolicyApprover(args.min_confidence),
+        settings=settings_for(
+            args, run_dir, supervise=not (args.detach or args.once), stop_when_healthy=args.once
+        ),
+        run_dir=run_dir,
+        mode="deploy",
+        sinks=[ConsoleSink(out, canon=choice.catalog.canonical)],
+    )
+    session.settings = session.settings.model_copy(update={"detach": args.detach})
+    result = session.run(args)
+    report_path = run_dir / "report.json"
+    if session.report is not None:
+        session.report.write(report_path)
+    if args.detach and result.kind == "healthy":
+        out.line(f"server running: pid {result.pid}, {result.url}, log {result.log_path}", "bold green")
+    out.line(f"transcript: {session.transcript_path}  report: {report_path}", "dim")
+    if args.json:
+        print(report_path.read_text())
+    return result.exit_code

@@ -1,0 +1,112 @@
+"""The terminal view of a run (an event sink): one line per step, the diagnosis and the change as a diff.
+
+Plain text when stdout is not a terminal (scripts, CI); colour through rich when it is.
+"""
+
+from __future__ import annotations
+
+from agent.events import (
+    BudgetEvent,
+    DecisionEvent,
+    EditEvent,
+    Event,
+    LaunchEvent,
+    OutcomeEvent,
+    PreflightEvent,
+    RunStartEvent,
+    StageEvent,
+    StopEvent,
+)
+from agent.render import Out, diff_lines, finding_lines
+from agent.spec import LaunchSpec, diff
+
+_OUTCOME_STYLE = {
+    "healthy": "bold green",
+    "degraded": "bold yellow",
+    "exited": "bold red",
+    "hung": "bold red",
+    "unhealthy": "bold red",
+}
+
+
+class ConsoleSink:
+    def __init__(self, out: Out | None = None, stages: bool = True, canon=None) -> None:
+        self.out = out or Out()
+        self.canon = canon or (lambda name: name)
+        self.stages = stages
+        self.max_launches: int | None = None
+
+    def handle(self, event: Event) -> None:
+        handler = getattr(self, f"_{event.type}", None)
+        if handler is not None:
+            handler(event)
+
+    def close(self) -> None:
+        return None
+
+    def _t(self, event: Event) -> str:
+        return f"[{event.elapsed_s:7.1f}s]"
+
+    def _run_start(self, e: RunStartEvent) -> None:
+        budget = e.policy.get("budget", {}) if isinstance(e.policy, dict) else {}
+        self.max_launches = budget.get("max_launches")
+        self.out.line(f"specdoctor {e.mode} · {e.catalog_note}", "dim")
+        self.out.line(f"node: {e.gpu_summary}", "dim")
+        self.out.line(f"command: {e.command}")
+
+    def _preflight(self, e: PreflightEvent) -> None:
+        problems = [f for f in e.findings if f.severity != "info"]
+        if not problems:
+            self.out.line(f"{self._t(e)} preflight: no problems ({e.elapsed_ms:.0f} ms)", "green")
+            return
+        self.out.line(
+            f"{self._t(e)} preflight found {len(problems)} problem(s) before any launch ({e.elapsed_ms:.0f} ms):",
+            "bold",
+        )
+        for f in problems:
+            finding_lines(self.out, f)
+
+    def _launch(self, e: LaunchEvent) -> None:
+        left = f" of {self.max_launches}" if self.max_launches else ""
+        self.out.line(f"{self._t(e)} launch {e.attempt}{left} (pid {e.pid}), log {e.log_path}", "bold cyan")
+
+    def _stage(self, e: StageEvent) -> None:
+        if self.stages:
+            self.out.line(f"{self._t(e)}   · {e.label}", "dim")
+
+    def _outcome(self, e: OutcomeEvent) -> None:
+        o = e.outcome
+        self.out.line(f"{self._t(e)} {o.kind.upper()}: {o.detail}", _OUTCOME_STYLE.get(o.kind))
+
+    def _decision(self, e: DecisionEvent) -> None:
+        d = e.decision
+        if d.playbook == "preflight" and d.action == "fix":
+            return  # its findings were just shown one by one
+        who = d.playbook or e.planner
+        self.out.line(
+            f"{self._t(e)} diagnosis [{d.category}] ({who}, confidence {d.confidence:.2f}): {d.summary}",
+            "bold",
+        )
+        for line in d.evidence[:3]:
+            self.out.line(f"          log: {line if len(line) <= 160 else line[:157] + '...'}", "dim")
+        advice = getattr(d, "advice", "")
+        if advice:
+            self.out.line(f"          what to do: {advice}", "yellow")
+        why = getattr(d, "why", "")
+        if why:
+            self.out.line(f"          why: {why}", "dim")
+
+    def _edit(self, e: EditEvent) -> None:
+        old, new = LaunchSpec.parse(e.old_command), LaunchSpec.parse(e.new_command)
+        self.out.line(f"{self._t(e)} change:", "bold")
+        diff_lines(self.out, diff(old, new, self.canon), indent="          ")
+
+    def _budget(self, e: BudgetEvent) -> None:
+        return None
+
+    def _stop(self, e: StopEvent) -> None:
+        style = "bold green" if e.result == "healthy" else "bold yellow"
+        self.out.line(f"{self._t(e)} {e.result.upper()}: {e.message}", style)
+        if e.final_command:
+            self.out.line("working command:", "bold")
+            self.out.line(f"  {e.final_command}", "bold green")

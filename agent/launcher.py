@@ -1,0 +1,97 @@
+"""Launchers start the engine for a LaunchSpec and know the node it runs on.
+
+`RealLauncher` runs the command's own argv (never a shell). `SimulatedLauncher` runs the same arguments
+against the built-in simulated GPU node (`tools/simnode`), so the whole loop can be exercised without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from agent.spec import LaunchSpec
+from tools.gpu import Gpu, GpuProcess, GpuReport, build_report
+from tools.process import EngineProcess
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess: ...
+
+    def gpus(self) -> GpuReport: ...
+
+
+class RealLauncher:
+    """Runs the engine exactly as the command says, in its own process group, environment overrides added."""
+
+    name = "real"
+
+    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess:
+        return EngineProcess.start(spec.argv(), {**os.environ, **spec.env_dict()}, log_path, to_file=to_file)
+
+    def gpus(self) -> GpuReport:
+        from tools.gpu import inspect
+
+        return inspect()
+
+
+class SimulatedLauncher:
+    """Runs `python -m tools.simnode <the command's arguments>` on a described node (a profile)."""
+
+    name = "simulated"
+
+    def __init__(self, profile: str, speed: float = 1.0) -> None:
+        from tools.simnode.profile import load_profile
+
+        self.profile_name = profile
+        self.profile = load_profile(profile)
+        self.speed = speed
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        args = spec.argv()[len(spec.entrypoint) :]
+        if (
+            spec.is_serve_cli
+            and spec.positionals()
+            and not spec.has("--model-path")
+            and not spec.has("--model")
+        ):
+            # `sglang serve MODEL` is `--model-path MODEL` to the server; the simulated entry has no `serve`.
+            model = spec.positionals()[0]
+            args = ["--model-path", model, *[a for a in args if a != model]]
+        return [sys.executable, "-m", "tools.simnode", *args]
+
+    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess:
+        env = {
+            **os.environ,
+            **spec.env_dict(),
+            "SPECDOCTOR_SIM_PROFILE": self.profile_name,
+            "SPECDOCTOR_SIM_SPEED": str(self.speed),
+        }
+        return EngineProcess.start(self.argv(spec), env, log_path, to_file=to_file)
+
+    def gpus(self) -> GpuReport:
+        """What nvidia-smi would print on the simulated node."""
+        spec = self.profile.gpus
+        major, minor = (int(x) for x in spec.compute_capability.split("."))
+        used = {i: self.profile.others_mib(i) for i in range(spec.count)}
+        gpus = [
+            Gpu(
+                index=i,
+                name=spec.name,
+                memory_total_mib=spec.memory_mib,
+                memory_used_mib=used[i],
+                memory_free_mib=spec.memory_mib - used[i],
+                compute_capability=(major, minor),
+            )
+            for i in range(spec.count)
+        ]
+        processes = [
+            GpuProcess(gpu_index=p.gpu, pid=p.pid, process_name=p.name, used_memory_mib=p.memory_mib)
+            for p in self.profile.processes
+        ]
+        return build_report(
+            gpus, processes, driver_version="590.48.01", cuda_version="13.1", source="described"
+        )

@@ -1,0 +1,460 @@
+"""The loop: preflight → launch → watch → evidence → planner → approve → apply, until healthy or stopped.
+
+Every exit is a LoopResult with a message; every step is an event (transcript, UI, report).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent import exitcodes
+from agent.approve import Approver, Review
+from agent.decision import Decision, Fix, Retry, Stop
+from agent.events import (
+    BudgetEvent,
+    DecisionEvent,
+    EditEvent,
+    EventBus,
+    HealthEvent,
+    LaunchEvent,
+    OutcomeEvent,
+    PreflightEvent,
+    RunStartEvent,
+    StageEvent,
+    StopEvent,
+)
+from agent.launcher import Launcher
+from agent.outcome import Outcome
+from agent.planner import Planner
+from agent.preflight import preflight
+from agent.spec import LaunchSpec
+from agent.watch import WatchSettings, watch
+from playbooks.view import SpecView
+from tools.catalog import FlagCatalog
+from tools.gpu import GpuReport
+from tools.process import EngineProcess, EngineStartError, StopRequested
+
+ResultKind = Literal["healthy", "stopped", "budget", "interrupted", "error"]
+_EXIT = {
+    "healthy": exitcodes.OK,
+    "stopped": exitcodes.STOPPED,
+    "budget": exitcodes.BUDGET,
+    "interrupted": exitcodes.INTERRUPTED,
+    "error": exitcodes.STOPPED,
+}
+
+
+class Budget(BaseModel):
+    """What one run may spend before it gives up (exit code 4)."""
+
+    model_config = ConfigDict(frozen=True)
+    max_launches: int = Field(6, ge=1, description="Launches, the first included.")
+    wall_time_s: float = Field(3600.0, gt=0, description="Seconds for the whole run, launches and waits.")
+    gpu_minutes: float | None = Field(
+        None, gt=0, description="GPU-minutes (GPUs used × minutes running); None: no cap."
+    )
+
+
+class Backoff(BaseModel):
+    """Relaunching the SAME command: only after a transient failure or a crash of a healthy server,
+    with capped exponential backoff (Kubernetes' CrashLoopBackOff)."""
+
+    model_config = ConfigDict(frozen=True)
+    initial_s: float = Field(10.0, ge=0, description="Wait before the first relaunch of the same command.")
+    factor: float = Field(2.0, ge=1)
+    max_s: float = Field(300.0, ge=0, description="The wait never grows past this.")
+    max_restarts: int = Field(5, ge=0, description="Relaunches of the same command before the run stops.")
+
+    def delay(self, restarts: int) -> float:
+        return min(self.initial_s * self.factor ** max(restarts - 1, 0), self.max_s)
+
+
+class LoopSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    budget: Budget = Budget()
+    backoff: Backoff = Backoff()
+    watch: WatchSettings = WatchSettings()
+    supervise: bool = Field(False, description="After healthy, keep watching; a crash re-enters the loop.")
+    stop_when_healthy: bool = Field(
+        True, description="Stop the server once it is proven healthy (demo, tests)."
+    )
+    detach: bool = Field(False, description="Once healthy, leave the server running on its own and return.")
+    preflight: bool = Field(True, description="Check and fix the command statically before the first launch.")
+    grace_s: float = Field(10.0, ge=0, description="SIGTERM → SIGKILL grace when stopping the engine.")
+    gpu_release_s: float = Field(
+        120.0, ge=0, description="How long to wait for our old processes to leave the GPUs."
+    )
+    log_dir: Path = Field(description="Where each launch's log is written.")
+
+
+class Attempt(BaseModel):
+    number: int
+    command: str
+    outcome: Outcome | None = None
+    decision: Decision | None = None
+    decided_in_s: float | None = Field(None, description="From the end of the launch to the decision.")
+
+
+class LoopResult(BaseModel):
+    kind: ResultKind
+    message: str
+    final_command: str | None = None
+    attempts: list[Attempt] = []
+    url: str | None = None
+    pid: int | None = None
+    log_path: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT[self.kind]
+
+
+class Loop:
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        catalog: FlagCatalog,
+        launcher: Launcher,
+        planner: Planner,
+        approver: Approver,
+        bus: EventBus,
+        settings: LoopSettings,
+        *,
+        mode: str = "deploy",
+        catalog_note: str = "",
+    ) -> None:
+        self.spec, self.catalog, self.launcher = spec, catalog, launcher
+        self.planner, self.approver, self.bus, self.settings = planner, approver, bus, settings
+        self.mode, self.catalog_note = mode, catalog_note
+        self.attempts: list[Attempt] = []
+        self.tried: list[LaunchSpec] = []
+        self.engine: EngineProcess | None = None
+        self.gpu_seconds = 0.0
+        self._started = time.monotonic()
+        self.gpus: GpuReport | None = None
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self) -> LoopResult:
+        try:
+            return self._finish(self._run())
+        except (KeyboardInterrupt, StopRequested):
+            self._stop_engine()
+            return self._finish(
+                self._result("interrupted", "interrupted: the engine was stopped and the transcript closed")
+            )
+
+    def _run(self) -> LoopResult:
+        self.gpus = self.launcher.gpus()
+        self.bus.emit(
+            RunStartEvent.for_spec(
+                self.spec,
+                mode=self.mode,
+                catalog_note=self.catalog_note,
+                engine_version=self.catalog.version,
+                gpu_summary=self.gpus.summary(),
+                gpu_count=self.gpus.count,
+                policy=self.settings.model_dump(mode="json"),
+            )
+        )
+        spec = self._preflight(self.spec) if self.settings.preflight else self.spec
+        if isinstance(spec, LoopResult):
+            return spec
+        restarts = 0
+        while True:
+            if (over := self._over_budget()) is not None:
+                return over
+            attempt = Attempt(number=len(self.attempts) + 1, command=spec.shell())
+            self.attempts.append(attempt)
+            self.tried.append(spec)
+            outcome = self._launch_and_watch(spec, attempt)
+            if isinstance(outcome, LoopResult):
+                return outcome
+            if outcome.kind == "healthy":
+                healthy = self._healthy(spec, attempt)
+                if healthy is not None:
+                    return healthy
+                outcome = attempt.outcome or outcome  # a supervised crash after ready
+            self._stop_engine()
+            decision = self._decide(spec, outcome, attempt)
+            if isinstance(decision, Stop):
+                if not (outcome.ready_seen and self.settings.supervise):
+                    return self._result("stopped", f"{decision.summary}. {decision.advice}".strip(), spec)
+                if restarts >= self.settings.backoff.max_restarts:
+                    return self._result(
+                        "stopped",
+                        f"the server kept crashing after it was healthy ({restarts + 1} times): {decision.summary}. {decision.advice}",
+                        spec,
+                    )
+                # A server that was healthy and then crashed is restarted as it was (CrashLoopBackOff).
+                decision = Retry(
+                    category=decision.category,
+                    summary=f"the healthy server crashed: {decision.summary}",
+                    evidence=decision.evidence,
+                )
+            if isinstance(decision, Retry):
+                restarts += 1
+                if restarts > self.settings.backoff.max_restarts:
+                    return self._result(
+                        "stopped",
+                        f"{decision.summary}; it kept failing after {restarts - 1} relaunches",
+                        spec,
+                    )
+                self._sleep(self.settings.backoff.delay(restarts))
+                continue
+            reviewed = self._review(spec, decision, attempt.number)
+            if isinstance(reviewed, LoopResult):
+                return reviewed
+            spec, restarts = reviewed, 0
+
+    # ---- steps ---------------------------------------------------------------------------------
+    def _preflight(self, spec: LaunchSpec) -> LaunchSpec | LoopResult:
+        report = preflight(spec, self.catalog, gpus=self.gpus, host=True, catalog_note=self.catalog_note)
+        self.bus.emit(
+            PreflightEvent(
+                findings=report.findings,
+                corrected_command=report.corrected.shell(),
+                elapsed_ms=round(report.elapsed_s * 1000, 2),
+            )
+        )
+        if report.unfixed:
+            f = report.unfixed[0]
+            decision = Stop(
+                category=f.category,
+                summary=f.message,
+                advice="Fix it by hand; `specdoctor check` shows the details.",
+                evidence=f.evidence,
+                playbook="preflight",
+            )
+            self.bus.emit(DecisionEvent(attempt=0, planner="preflight", decision=decision))
+            return self._result("stopped", f"before launch: {f.message}", spec)
+        edits = report.edits()
+        if not edits:
+            return spec
+        lead = report.problems[0]
+        decision = Fix(
+            category=lead.category,
+            summary=f"{len(report.problems)} problem(s) found before launch: {lead.message}",
+            edits=edits,
+            why=" ".join(f.why for f in report.problems if f.why),
+            evidence=lead.evidence,
+            playbook="preflight",
+            confidence=min(f.confidence for f in report.problems),
+        )
+        self.bus.emit(DecisionEvent(attempt=0, planner="preflight", decision=decision))
+        return self._review(spec, decision, 0, corrected=report.corrected)
+
+    def _launch_and_watch(self, spec: LaunchSpec, attempt: Attempt) -> Outcome | LoopResult:
+        log_path = self.settings.log_dir / f"attempt-{attempt.number}.log"
+        try:
+            self.engine = self.launcher.start(spec, log_path, to_file=self.settings.detach)
+        except EngineStartError as exc:
+            return self._result("stopped", f"cannot start the engine: {exc}", spec)
+        self.bus.emit(
+            LaunchEvent.for_spec(spec, attempt=attempt.number, log_path=str(log_path), pid=self.engine.pid)
+        )
+        view = SpecView(spec, self.catalog)
+        started = time.monotonic()
+        outcome = watch(
+            self.engine,
+            base_url(view),
+            self.settings.watch,
+            speculative=view.algorithm,
+            on_stage=lambda c: self.bus.emit(
+                StageEvent(attempt=attempt.number, stage=c.stage, label=c.label, line=c.line)
+            ),
+            deadline_at=self._started + self.settings.budget.wall_time_s,
+        )
+        self.gpu_seconds += (time.monotonic() - started) * max(view.tp * (view.int("--pp-size") or 1), 1)
+        attempt.outcome = outcome
+        self.bus.emit(OutcomeEvent(attempt=attempt.number, outcome=outcome))
+        if outcome.kind in ("healthy", "degraded"):
+            self.bus.emit(
+                HealthEvent(
+                    attempt=attempt.number,
+                    probe="generation",
+                    ok=outcome.kind == "healthy",
+                    detail=outcome.detail,
+                    accept_length=outcome.accept_length,
+                )
+            )
+        return outcome
+
+    def _healthy(self, spec: LaunchSpec, attempt: Attempt) -> LoopResult | None:
+        """Healthy: done, unless supervising, where a later crash returns None to re-enter the loop."""
+        assert self.engine is not None
+        url = base_url(SpecView(spec, self.catalog))
+        if self.settings.detach:
+            engine, self.engine = self.engine, None
+            engine.detach()
+            return self._result(
+                "healthy",
+                f"the server is healthy and left running (pid {engine.pid})",
+                spec,
+                url=url,
+                pid=engine.pid,
+                log_path=str(engine.log_path),
+            )
+        if not self.settings.supervise:
+            result = self._result(
+                "healthy",
+                f"the server is healthy: {attempt.outcome.detail if attempt.outcome else ''}",
+                spec,
+                url=url,
+            )
+            if self.settings.stop_when_healthy:
+                self._stop_engine()
+            return result
+        code = None
+        while code is None:
+            code = self.engine.wait(1.0)
+        assert attempt.outcome is not None
+        crashed = attempt.outcome.model_copy(
+            update={
+                "kind": "exited",
+                "exit_code": code,
+                "ready_seen": True,
+                "detail": f"the healthy server exited (exit code {code})",
+            }
+        )
+        attempt.outcome = crashed
+        self.bus.emit(OutcomeEvent(attempt=attempt.number, outcome=crashed))
+        return None
+
+    def _decide(self, spec: LaunchSpec, outcome: Outcome, attempt: Attempt) -> Decision:
+        from agent.diagnose import context_from_file
+
+        began = time.monotonic()
+        log = (
+            Path(outcome.log_path)
+            if outcome.log_path
+            else self.settings.log_dir / f"attempt-{attempt.number}.log"
+        )
+        ctx = context_from_file(
+            spec, self.catalog, log, gpus=self.gpus, outcome=outcome, tried=tuple(self.tried)
+        )
+        decision = self.planner.decide(ctx)
+        assert decision is not None
+        attempt.decision = decision
+        attempt.decided_in_s = round(time.monotonic() - began, 4)
+        usage = getattr(self.planner, "last_usage", None)
+        self.bus.emit(
+            DecisionEvent(
+                attempt=attempt.number,
+                planner=(decision.playbook and "playbooks") or "llm",
+                decision=decision,
+                prompt_tokens=getattr(usage, "prompt_tokens", None),
+                completion_tokens=getattr(usage, "completion_tokens", None),
+            )
+        )
+        return decision
+
+    def _review(
+        self, spec: LaunchSpec, decision: Fix, attempt: int, corrected: LaunchSpec | None = None
+    ) -> LaunchSpec | LoopResult:
+        new = corrected or spec.apply_all(decision.edits, self.catalog.canonical)
+        review: Review = self.approver.review(spec, decision, new, attempt)
+        if not review.approved or review.spec is None:
+            return self._result("stopped", f"the change was not applied: {review.note}", spec)
+        if review.spec in self.tried:
+            return self._result(
+                "stopped",
+                f"{decision.summary}; the fix leads to a command already tried, so no flag change is left to try",
+                spec,
+            )
+        self.bus.emit(
+            EditEvent(
+                attempt=attempt,
+                edits=decision.edits,
+                old_command=spec.shell(),
+                new_command=review.spec.shell(),
+            )
+        )
+        return review.spec
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _over_budget(self) -> LoopResult | None:
+        b = self.settings.budget
+        used = time.monotonic() - self._started
+        self.bus.emit(
+            BudgetEvent(
+                launches_used=len(self.attempts),
+                launches_left=b.max_launches - len(self.attempts),
+                wall_s_used=round(used, 2),
+                wall_s_left=round(b.wall_time_s - used, 2),
+            )
+        )
+        if len(self.attempts) >= b.max_launches:
+            return self._result(
+                "budget",
+                f"{b.max_launches} launches used and the server is still not healthy",
+                self.tried[-1] if self.tried else None,
+            )
+        if used >= b.wall_time_s:
+            return self._result(
+                "budget",
+                f"the wall-time budget ({b.wall_time_s:.0f} s) ran out",
+                self.tried[-1] if self.tried else None,
+            )
+        if b.gpu_minutes is not None and self.gpu_seconds / 60 >= b.gpu_minutes:
+            return self._result(
+                "budget",
+                f"the GPU-minutes budget ({b.gpu_minutes}) ran out",
+                self.tried[-1] if self.tried else None,
+            )
+        return None
+
+    def _stop_engine(self) -> None:
+        if self.engine is None:
+            return
+        engine, self.engine = self.engine, None
+        ours = {p.pid for p in engine.processes()} | {engine.pid}
+        engine.stop(self.settings.grace_s)
+        self._wait_gpu_release(ours)
+
+    def _wait_gpu_release(self, pids: set[int]) -> None:
+        """Before a relaunch: wait until nvidia-smi no longer lists our old processes on any GPU."""
+        deadline = time.monotonic() + self.settings.gpu_release_s
+        while time.monotonic() < deadline:
+            report = self.launcher.gpus()
+            if not report.ok or not {p.pid for p in report.processes} & pids:
+                return
+            time.sleep(1.0)
+
+    def _sleep(self, seconds: float) -> None:
+        left = self._started + self.settings.budget.wall_time_s - time.monotonic()
+        time.sleep(max(0.0, min(seconds, left)))
+
+    def _result(
+        self, kind: ResultKind, message: str, spec: LaunchSpec | None = None, **extra: object
+    ) -> LoopResult:
+        return LoopResult(
+            kind=kind,
+            message=message,
+            final_command=spec.shell() if spec else None,
+            attempts=self.attempts,
+            **extra,
+        )  # type: ignore[arg-type]
+
+    def _finish(self, result: LoopResult) -> LoopResult:
+        if result.kind != "healthy" or self.settings.stop_when_healthy:
+            self._stop_engine()
+        self.bus.emit(
+            StopEvent(
+                result=result.kind,
+                message=result.message,
+                final_command=result.final_command if result.kind == "healthy" else None,
+                exit_code=result.exit_code,
+            )
+        )
+        return result
+
+
+def base_url(view: SpecView) -> str:
+    host = view.get("--host") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{view.int('--port') or 30000}"

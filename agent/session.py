@@ -1,0 +1,147 @@
+"""Everything a run needs, built from command-line options: where its files go, the launcher, the planner
+chain, the event sinks, the loop settings. Shared by `deploy`, `fix` and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.approve import Approver
+from agent.events import EventBus, Sink
+from agent.launcher import Launcher, RealLauncher, SimulatedLauncher
+from agent.loop import Backoff, Budget, Loop, LoopResult, LoopSettings
+from agent.report import ReportBuilder
+from agent.spec import LaunchSpec
+from agent.transcript import TranscriptWriter
+from agent.watch import StageDeadlines, WatchSettings
+from tools.catalog_load import CatalogChoice
+from tools.dirs import runs_dir
+
+
+@dataclass
+class Session:
+    spec: LaunchSpec
+    choice: CatalogChoice
+    launcher: Launcher
+    approver: Approver
+    settings: LoopSettings
+    run_dir: Path
+    mode: str
+    notes: tuple[str, ...] = ()
+    sinks: list[Sink] = field(default_factory=list)
+    report: ReportBuilder | None = None
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.run_dir / "transcript.jsonl"
+
+    def run(self, args: argparse.Namespace) -> LoopResult:
+        from agent.commands.common import llm_planner
+        from agent.diagnose import default_planner
+
+        llm, notes = llm_planner(args)
+        planner = default_planner(
+            llm, (*self.notes, *notes), Path(args.playbooks) if getattr(args, "playbooks", None) else None
+        )
+        self.report = ReportBuilder(getattr(args, "report", None))
+        bus = EventBus([TranscriptWriter(self.transcript_path), self.report, *self.sinks])
+        with bus:
+            loop = Loop(
+                self.spec,
+                self.choice.catalog,
+                self.launcher,
+                planner,
+                self.approver,
+                bus,
+                self.settings,
+                mode=self.mode,
+                catalog_note=self.choice.note,
+            )
+            return loop.run()
+
+
+def make_run_dir(explicit: str | None) -> Path:
+    if explicit:
+        path = Path(explicit)
+    else:
+        path = runs_dir() / time.strftime("%Y%m%d-%H%M%S")
+        suffix = 0
+        while path.exists():
+            suffix += 1
+            path = path.with_name(f"{path.name.split('.')[0]}.{suffix}")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def launcher_for(args: argparse.Namespace) -> Launcher:
+    if getattr(args, "simulate", None):
+        return SimulatedLauncher(args.simulate, speed=args.sim_speed)
+    return RealLauncher()
+
+
+def settings_for(
+    args: argparse.Namespace, run_dir: Path, *, supervise: bool, stop_when_healthy: bool
+) -> LoopSettings:
+    simulated = bool(getattr(args, "simulate", None))
+    # The simulated node compresses time; its stage deadlines and backoff shrink with it.
+    scale = args.sim_speed if simulated else 1.0
+    return LoopSettings(
+        budget=Budget(max_launches=args.max_launches, wall_time_s=args.timeout, gpu_minutes=args.gpu_minutes),
+        backoff=Backoff(initial_s=max(10.0 * scale, 0.2), max_s=max(300.0 * scale, 1.0)),
+        watch=WatchSettings(
+            deadlines=StageDeadlines().scaled(max(scale, 0.05)) if simulated else StageDeadlines()
+        ),
+        supervise=supervise,
+        stop_when_healthy=stop_when_healthy,
+        log_dir=run_dir,
+    )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("budget and policy")
+    g.add_argument(
+        "--max-launches", type=int, default=6, metavar="N", help="most launches before giving up (default 6)"
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="wall-time budget in seconds (default 3600)",
+    )
+    g.add_argument(
+        "--gpu-minutes", type=float, default=None, metavar="M", help="GPU-minutes budget (default: none)"
+    )
+    g.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.5,
+        metavar="C",
+        help="apply fixes at least this confident (default 0.5)",
+    )
+    g.add_argument(
+        "--allow-kill",
+        action="store_true",
+        help="may stop other processes that hold the GPUs this launch needs",
+    )
+    g.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where logs, transcript and report go (default ~/.local/state/specdoctor/runs/<time>)",
+    )
+    g.add_argument("--report", metavar="FILE", help="also write the JSON report here")
+    s = p.add_argument_group("simulated node (no GPU needed)")
+    s.add_argument(
+        "--simulate",
+        metavar="PROFILE",
+        help="launch on the built-in simulated GPU node: h200x8, h100x8, rtx4090x2, a100x2-busy, or a profile JSON",
+    )
+    s.add_argument(
+        "--sim-speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="time scale of the simulated node (default 1.0)",
+    )

@@ -1,0 +1,263 @@
+"""The loop end to end: real subprocesses, real HTTP, the simulated GPU node. After every test no process
+of ours may be left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.approve import PolicyApprover
+from agent.diagnose import default_planner
+from agent.events import EventBus
+from agent.launcher import SimulatedLauncher
+from agent.loop import Backoff, Budget, Loop, LoopSettings
+from agent.spec import LaunchSpec
+from agent.watch import StageDeadlines, WatchSettings
+from tools.catalog_load import bundled
+from tools.reaper import MARKER_VARIABLE
+from tools.system import find_free_port
+
+DEMO_MODELS = Path(__file__).resolve().parent.parent / "agent" / "data" / "demo"
+SPEED = 0.05
+
+
+def our_processes() -> list[int]:
+    """Processes started by specdoctor launches (they carry the engine marker) or the simulated node."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (MARKER_VARIABLE.encode() in environ or b"tools.simnode" in cmdline):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    yield
+    deadline = time.time() + 10
+    while our_processes() and time.time() < deadline:
+        time.sleep(0.2)
+    assert our_processes() == []
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events = []
+
+    def handle(self, event) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        return None
+
+    def of(self, kind: str) -> list:
+        return [e for e in self.events if e.type == kind]
+
+
+def run_loop(command: str, tmp_path: Path, profile: str = "h200x8", **settings) -> tuple[object, Collect]:
+    sink = Collect()
+    base = dict(
+        log_dir=tmp_path,
+        watch=WatchSettings(deadlines=StageDeadlines().scaled(0.005), spec_probes=2),
+        backoff=Backoff(initial_s=0.3, max_s=1.0, max_restarts=2),
+        budget=Budget(max_launches=4, wall_time_s=120),
+    )
+    loop = Loop(
+        LaunchSpec.parse(command),
+        bundled(),
+        SimulatedLauncher(profile, speed=SPEED),
+        default_planner(),
+        PolicyApprover(0.5),
+        EventBus([sink]),
+        LoopSettings(**{**base, **settings}),
+    )
+    return loop.run(), sink
+
+
+def kimi(extra: str, port: int | None = None) -> str:
+    port = port or find_free_port(31000)
+    return (
+        f"python -m sglang.launch_server --model-path {DEMO_MODELS / 'Kimi-K2.5'} --tp-size 8 --trust-remote-code "
+        f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {DEMO_MODELS / 'kimi-k2.5-eagle3'} "
+        f"--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --mem-fraction-static 0.75 "
+        f"--port {port} {extra}"
+    )
+
+
+def test_demo_reaches_healthy_in_two_launches(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "demo", "--sim-speed", "0.05", "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "HEALTHY after 2 launch(es)" in proc.stdout
+    assert (
+        "--speculative-num-draft-tokens 16" in proc.stdout and "--speculative-algorithm EAGLE3" in proc.stdout
+    )
+    events = [json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in events].count("launch") == 2
+    assert events[-1]["type"] == "stop" and events[-1]["result"] == "healthy"
+
+
+def test_degraded_is_never_healthy_and_gets_fixed(tmp_path):
+    # Preflight off: the watcher itself must catch an EAGLE-3 draft run as EAGLE (accept length 1.0).
+    command = kimi("").replace("--speculative-algorithm EAGLE3", "--speculative-algorithm EAGLE")
+    result, sink = run_loop(command, tmp_path, preflight=False)
+    outcomes = [e.outcome for e in sink.of("outcome")]
+    assert outcomes[0].kind == "degraded" and outcomes[0].accept_length == pytest.approx(1.0, abs=0.02)
+    assert sink.of("decision")[0].decision.playbook == "sglang.spec.accept-length-one"
+    assert outcomes[-1].kind == "healthy" and outcomes[-1].accept_length > 1.3
+    assert result.kind == "healthy" and "--speculative-algorithm EAGLE3" in result.final_command
+
+
+def test_hang_is_detected_by_its_stage_deadline(tmp_path):
+    profile = tmp_path / "hang.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "hang",
+                "gpus": {
+                    "count": 8,
+                    "name": "NVIDIA H200",
+                    "memory_mib": 143771,
+                    "compute_capability": "9.0",
+                    "p2p": True,
+                },
+                "inject": {"hang_at_stage": "weights"},
+            }
+        )
+    )
+    started = time.monotonic()
+    result, sink = run_loop(
+        kimi(""), tmp_path, profile=str(profile), budget=Budget(max_launches=1, wall_time_s=120)
+    )
+    outcome = sink.of("outcome")[0].outcome
+    assert outcome.kind == "hung" and outcome.stage == "weights" and "no progress" in outcome.detail
+    assert time.monotonic() - started < 60  # the deadline (scaled), not the wall budget, ended it
+    assert result.kind in ("stopped", "budget")
+
+
+def test_crash_after_ready_is_relaunched_with_backoff(tmp_path):
+    profile = tmp_path / "crashy.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "name": "crashy",
+                "gpus": {
+                    "count": 8,
+                    "name": "NVIDIA H200",
+                    "memory_mib": 143771,
+                    "compute_capability": "9.0",
+                    "p2p": True,
+                },
+                "inject": {"crash_after_ready_s": 0.5},
+            }
+        )
+    )
+    result, sink = run_loop(
+        kimi(""),
+        tmp_path,
+        profile=str(profile),
+        supervise=True,
+        stop_when_healthy=False,
+        budget=Budget(max_launches=3, wall_time_s=120),
+    )
+    outcomes = [e.outcome for e in sink.of("outcome")]
+    crashes = [o for o in outcomes if o.kind == "exited" and o.ready_seen]
+    assert len(crashes) >= 2, outcomes
+    launches = sink.of("launch")
+    assert len(launches) == 3 and launches[0].command == launches[1].command  # same command: a restart
+    outcome_times = [e.elapsed_s for e in sink.of("outcome") if e.outcome.kind == "exited"]
+    assert launches[1].elapsed_s - outcome_times[0] >= 0.3  # backoff waited
+    assert result.kind == "stopped" and "kept crashing after it was healthy (3 times)" in result.message
+
+
+def test_sigint_to_deploy_stops_the_tree_and_writes_the_report(tmp_path):
+    port = find_free_port(32000)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "deploy",
+            "--simulate",
+            "h200x8",
+            "--sim-speed",
+            str(SPEED),
+            "--run-dir",
+            str(tmp_path),
+            "--",
+            *kimi("", port).split(),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "HEALTHY" in line:
+            break
+    assert any("HEALTHY" in x for x in lines), "".join(lines)
+    assert our_processes()  # supervising: the server is up
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["result"] == "interrupted"
+    events = [json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()]
+    assert events[-1]["type"] == "stop" and events[-1]["result"] == "interrupted"
+
+
+def test_detach_leaves_the_server_running(tmp_path):
+    port = find_free_port(33000)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "deploy",
+            "--detach",
+            "--simulate",
+            "h200x8",
+            "--sim-speed",
+            str(SPEED),
+            "--run-dir",
+            str(tmp_path),
+            "--",
+            *kimi("", port).split(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"http://127.0.0.1:{port}" in proc.stdout
+    pid = int(proc.stdout.split("server running: pid ")[1].split(",")[0])
+    try:
+        import urllib.request
+
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while our_processes() and time.time() < deadline:
+            time.sleep(0.2)
