@@ -18,10 +18,13 @@ class Review(BaseModel):
     )
     by: str = "policy"
     note: str = ""
+    ask_llm: bool = Field(default=False, description="The person wants the LLM's opinion instead.")
 
 
 class Approver(Protocol):
-    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int) -> Review: ...
+    def review(
+        self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = ""
+    ) -> Review: ...
 
 
 class PolicyApprover:
@@ -30,7 +33,7 @@ class PolicyApprover:
     def __init__(self, min_confidence: float = 0.5) -> None:
         self.min_confidence = min_confidence
 
-    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int) -> Review:
+    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = "") -> Review:
         if decision.confidence < self.min_confidence:
             return Review(
                 approved=False,

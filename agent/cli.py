@@ -32,6 +32,7 @@ VERBS = {
     "eval": "agent.commands.evaluate",
     "deploy": "agent.commands.deploy",
     "demo": "agent.commands.demo",
+    "replay": "agent.commands.replay",
 }
 
 

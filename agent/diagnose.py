@@ -25,6 +25,7 @@ from tools.catalog import FlagCatalog
 from tools.gpu import GpuReport, parse_gpus_description
 from tools.log_cause import RootCause
 from tools.logs import compact, extract_root_cause, scan_file
+from tools.system import ModelFacts
 
 _ACCEPT = re.compile(r"accept[ _]len(?:gth)?[\"']?\s*[:=]\s*([0-9]+(?:\.[0-9]+)?)", re.I)
 
@@ -96,10 +97,15 @@ def context_for(
     tried: tuple[LaunchSpec, ...] = (),
     log_text: str | None = None,
     root: RootCause | None = None,
+    model: ModelFacts | None = None,
+    draft: ModelFacts | None = None,
 ) -> Context:
+    """Everything a planner sees. Model and draft facts are read from their config.json here unless given
+    (replay passes the recorded ones, since the folders need not exist on this machine)."""
     root = root or extract_root_cause(lines)
     view = SpecView(spec, catalog)
-    model, draft = facts(view)
+    if model is None and draft is None:
+        model, draft = facts(view)
     report = preflight(spec, catalog, gpus=gpus, host=False)
     return Context(
         spec=spec,

@@ -24,6 +24,9 @@ from agent.decision import Decision, Finding
 from agent.outcome import Outcome
 from agent.redact import redact, redact_argv, redact_env
 from agent.spec import Edit, LaunchSpec
+from tools.gpu import GpuReport
+from tools.log_cause import RootCause
+from tools.system import ModelFacts
 
 RunMode = Literal["deploy", "fix", "replay", "demo"]
 ToolStatus = Literal["ok", "error", "no_data"]
@@ -225,6 +228,18 @@ class BudgetEvent(_Event):
     tokens_left: int | None = None
 
 
+class EvidenceEvent(_Event):
+    """What a planner was shown after a failed launch: enough to re-run the decision anywhere (replay)."""
+
+    type: Literal["evidence"] = "evidence"
+    attempt: int = Field(ge=0)
+    root_cause: RootCause
+    log_text: str = Field(default="", description="The compacted log the planner read.")
+    gpus: GpuReport | None = None
+    model: ModelFacts | None = Field(default=None, description="The target's config.json facts.")
+    draft: ModelFacts | None = Field(default=None, description="The draft's config.json facts.")
+
+
 class StopEvent(_Event):
     type: Literal["stop"] = "stop"
     result: ResultKind
@@ -246,6 +261,7 @@ Event = Annotated[
     | EditEvent
     | HealthEvent
     | BudgetEvent
+    | EvidenceEvent
     | StopEvent,
     Field(discriminator="type"),
 ]
@@ -262,6 +278,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     EditEvent,
     HealthEvent,
     BudgetEvent,
+    EvidenceEvent,
     StopEvent,
 )
 EVENT_TYPE_NAMES: frozenset[str] = frozenset(c.model_fields["type"].default for c in EVENT_TYPES)

@@ -15,10 +15,12 @@ from agent import exitcodes
 from agent.approve import Approver, Review
 from agent.decision import Decision, Fix, Retry, Stop
 from agent.events import (
+    ApprovalEvent,
     BudgetEvent,
     DecisionEvent,
     EditEvent,
     EventBus,
+    EvidenceEvent,
     HealthEvent,
     LaunchEvent,
     OutcomeEvent,
@@ -126,6 +128,7 @@ class Loop:
         *,
         mode: str = "deploy",
         catalog_note: str = "",
+        llm: Planner | None = None,
     ) -> None:
         self.spec, self.catalog, self.launcher = spec, catalog, launcher
         self.planner, self.approver, self.bus, self.settings = planner, approver, bus, settings
@@ -136,6 +139,8 @@ class Loop:
         self.gpu_seconds = 0.0
         self._started = time.monotonic()
         self.gpus: GpuReport | None = None
+        self.llm = llm
+        self._last_ctx = None
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> LoopResult:
@@ -336,27 +341,51 @@ class Loop:
         ctx = context_from_file(
             spec, self.catalog, log, gpus=self.gpus, outcome=outcome, tried=tuple(self.tried)
         )
+        self.bus.emit(
+            EvidenceEvent(
+                attempt=attempt.number,
+                root_cause=ctx.root,
+                log_text=ctx.log_text,
+                gpus=ctx.gpus,
+                model=ctx.model,
+                draft=ctx.draft,
+            )
+        )
+        self._last_ctx = ctx
         decision = self.planner.decide(ctx)
         assert decision is not None
         attempt.decision = decision
         attempt.decided_in_s = round(time.monotonic() - began, 4)
-        usage = getattr(self.planner, "last_usage", None)
-        self.bus.emit(
-            DecisionEvent(
-                attempt=attempt.number,
-                planner=(decision.playbook and "playbooks") or "llm",
-                decision=decision,
-                prompt_tokens=getattr(usage, "prompt_tokens", None),
-                completion_tokens=getattr(usage, "completion_tokens", None),
-            )
-        )
+        self._emit_decision(attempt.number, decision)
         return decision
 
     def _review(
         self, spec: LaunchSpec, decision: Fix, attempt: int, corrected: LaunchSpec | None = None
     ) -> LaunchSpec | LoopResult:
         new = corrected or spec.apply_all(decision.edits, self.catalog.canonical)
-        review: Review = self.approver.review(spec, decision, new, attempt)
+        note = ""
+        while True:
+            review: Review = self.approver.review(spec, decision, new, attempt, note=note)
+            if not review.ask_llm:
+                break
+            other, note = self._second_opinion()
+            if isinstance(other, Fix):
+                self._emit_decision(attempt, other)
+                decision, new, note = other, spec.apply_all(other.edits, self.catalog.canonical), ""
+            elif other is not None:
+                self._emit_decision(attempt, other)
+                note = f"the LLM says: {other.summary}"
+        self.bus.emit(
+            ApprovalEvent(
+                attempt=attempt,
+                approved=review.approved,
+                by=review.by,
+                note=review.note,
+                edited_command=review.spec.shell()
+                if review.spec is not None and review.spec != new
+                else None,
+            )
+        )
         if not review.approved or review.spec is None:
             return self._result("stopped", f"the change was not applied: {review.note}", spec)
         if review.spec in self.tried:
@@ -374,6 +403,32 @@ class Loop:
             )
         )
         return review.spec
+
+    def _second_opinion(self) -> tuple[Decision | None, str]:
+        """The LLM's decision on the last failure, when a person asked for it instead of the playbook's."""
+        if self.llm is None:
+            return (
+                None,
+                "no LLM endpoint is configured (set SPECDOCTOR_LLM_BASE_URL and SPECDOCTOR_LLM_MODEL)",
+            )
+        if self._last_ctx is None:
+            return None, "there is no failure to ask about yet (this change comes from the static check)"
+        decision = self.llm.decide(self._last_ctx)
+        if decision is None:
+            return None, f"the LLM gave no answer: {getattr(self.llm, 'note', '')}"
+        return decision, ""
+
+    def _emit_decision(self, attempt: int, decision: Decision) -> None:
+        usage = getattr(self.planner, "last_usage", None)
+        self.bus.emit(
+            DecisionEvent(
+                attempt=attempt,
+                planner=(decision.playbook and "playbooks") or "llm",
+                decision=decision,
+                prompt_tokens=getattr(usage, "prompt_tokens", None),
+                completion_tokens=getattr(usage, "completion_tokens", None),
+            )
+        )
 
     # ---- helpers -------------------------------------------------------------------------------
     def _over_budget(self) -> LoopResult | None:

@@ -58,6 +58,7 @@ class Session:
                 self.settings,
                 mode=self.mode,
                 catalog_note=self.choice.note,
+                llm=llm,
             )
             return loop.run()
 

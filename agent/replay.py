@@ -1,0 +1,164 @@
+"""Replay a recorded session: feed its recorded outcomes and evidence to TODAY's planners and report, step by
+step, whether they decide the same. A regression suite for playbooks that needs no GPU and no engine."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from agent.decision import Decision, Fix
+from agent.diagnose import context_for, default_planner
+from agent.events import EvidenceEvent, PreflightEvent
+from agent.planner import Planner
+from agent.preflight import preflight
+from agent.spec import LaunchSpec, diff
+from agent.transcript import Transcript
+from tools.catalog import FlagCatalog
+from tools.catalog_load import bundled, bundled_versions
+
+# Findings that depend on the machine the run happened on; replay keeps their recorded fixes.
+HOST_FINDINGS = frozenset(
+    {
+        "model-missing",
+        "model-no-config",
+        "model-offline",
+        "needs-remote-code",
+        "context-too-long",
+        "tp-above-gpus",
+        "tp-heads",
+        "port-busy",
+        "no-gpu",
+        "draft-missing",
+        "draft-no-config",
+        "eagle3-draft-as-eagle",
+        "eagle-draft-as-eagle3",
+        "spec-no-draft",
+    }
+)
+
+
+class Step(BaseModel):
+    attempt: int
+    what: str
+    same: bool
+    recorded: str
+    today: str
+    changes: list[str] = []
+    skipped: str | None = None
+
+
+def catalog_of(transcript: Transcript) -> FlagCatalog:
+    start = transcript.run_start
+    version = start.engine_version if start and start.engine_version in bundled_versions() else "0.5.23"
+    return bundled(version)
+
+
+def _describe(decision: Decision, spec: LaunchSpec, catalog: FlagCatalog) -> str:
+    if isinstance(decision, Fix):
+        return f"fix [{decision.category}] → {spec.apply_all(decision.edits, catalog.canonical).shell()}"
+    return f"{decision.action} [{decision.category}] {decision.summary}"
+
+
+def _same(a: Decision, b: Decision, spec: LaunchSpec, catalog: FlagCatalog) -> bool:
+    if a.action != b.action or a.category != b.category:
+        return False
+    if isinstance(a, Fix) and isinstance(b, Fix):
+        return spec.apply_all(a.edits, catalog.canonical) == spec.apply_all(b.edits, catalog.canonical)
+    return True
+
+
+def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]:
+    catalog = catalog_of(transcript)
+    planner = planner or default_planner()
+    steps = [step for step in [_preflight_step(transcript, catalog)] if step is not None]
+    tried: list[LaunchSpec] = []
+    for group in transcript.attempts():
+        launch, outcome, recorded = group.launch, group.outcome, group.decision
+        if launch is None:
+            continue
+        spec = LaunchSpec.parse(launch.command)
+        tried.append(spec)
+        evidence = next((e for e in group.events if isinstance(e, EvidenceEvent)), None)
+        if outcome is None or recorded is None:
+            continue
+        if evidence is None:
+            steps.append(
+                Step(
+                    attempt=group.number,
+                    what="decision",
+                    same=True,
+                    recorded=_describe(recorded.decision, spec, catalog),
+                    today="",
+                    skipped="no evidence was recorded for this attempt",
+                )
+            )
+            continue
+        if recorded.planner.startswith("llm"):
+            steps.append(
+                Step(
+                    attempt=group.number,
+                    what="decision",
+                    same=True,
+                    recorded=_describe(recorded.decision, spec, catalog),
+                    today="",
+                    skipped="decided by an LLM; replay runs the playbooks only",
+                )
+            )
+            continue
+        ctx = context_for(
+            spec,
+            catalog,
+            [*evidence.root_cause.block, *evidence.log_text.splitlines()],
+            gpus=evidence.gpus,
+            outcome=outcome.outcome,
+            tried=tuple(tried),
+            log_text=evidence.log_text,
+            root=evidence.root_cause,
+            model=evidence.model,
+            draft=evidence.draft,
+        )
+        today = planner.decide(ctx)
+        assert today is not None
+        steps.append(_compare(group.number, "decision", recorded.decision, today, spec, catalog))
+    return steps
+
+
+def _compare(
+    attempt: int, what: str, recorded: Decision, today: Decision, spec: LaunchSpec, catalog: FlagCatalog
+) -> Step:
+    same = _same(recorded, today, spec, catalog)
+    changes: list[str] = []
+    if not same and isinstance(recorded, Fix) and isinstance(today, Fix):
+        before = spec.apply_all(recorded.edits, catalog.canonical)
+        after = spec.apply_all(today.edits, catalog.canonical)
+        changes = [d.text() for d in diff(before, after, catalog.canonical)]
+    return Step(
+        attempt=attempt,
+        what=what,
+        same=same,
+        recorded=_describe(recorded, spec, catalog),
+        today=_describe(today, spec, catalog),
+        changes=changes,
+    )
+
+
+def _preflight_step(transcript: Transcript, catalog: FlagCatalog) -> Step | None:
+    start = transcript.run_start
+    recorded = next((e for e in transcript.events if isinstance(e, PreflightEvent)), None)
+    if start is None or recorded is None:
+        return None
+    spec = LaunchSpec.parse(start.command)
+    host_edits = [
+        e for f in recorded.findings if f.code in HOST_FINDINGS and f.severity != "info" for e in f.edits
+    ]
+    today = preflight(spec, catalog, host=False)
+    today_cmd = today.corrected.apply_all(host_edits, catalog.canonical)
+    recorded_cmd = LaunchSpec.parse(recorded.corrected_command)
+    same = today_cmd == recorded_cmd
+    return Step(
+        attempt=0,
+        what="preflight",
+        same=same,
+        recorded=recorded_cmd.shell(),
+        today=today_cmd.shell(),
+        changes=[] if same else [d.text() for d in diff(recorded_cmd, today_cmd, catalog.canonical)],
+    )
