@@ -22,6 +22,11 @@ class Review(BaseModel):
 
 
 class Approver(Protocol):
+    kind: str
+    """`policy` or `user`: who decides, as the transcript records it."""
+
+    def confirm(self, question: str) -> bool: ...
+
     def review(
         self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = ""
     ) -> Review: ...
@@ -30,8 +35,14 @@ class Approver(Protocol):
 class PolicyApprover:
     """Unattended: apply a fix when the planner is confident enough, otherwise stop and say why."""
 
+    kind = "policy"
+
     def __init__(self, min_confidence: float = 0.5) -> None:
         self.min_confidence = min_confidence
+
+    def confirm(self, question: str) -> bool:
+        """Unattended, leave was given up front (--allow-kill), which is why it is asked at all."""
+        return True
 
     def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = "") -> Review:
         if decision.confidence < self.min_confidence:

@@ -23,6 +23,10 @@ class Launcher(Protocol):
 
     def gpus(self) -> GpuReport: ...
 
+    def free_gpus(self, processes: list[GpuProcess]) -> str:
+        """Stop processes that hold GPU memory (never ours); say what happened."""
+        ...
+
 
 class RealLauncher:
     """Runs the engine exactly as the command says, in its own process group, environment overrides added."""
@@ -36,6 +40,11 @@ class RealLauncher:
         from tools.gpu import inspect
 
         return inspect()
+
+    def free_gpus(self, processes: list[GpuProcess]) -> str:
+        from tools.foreign import terminate_foreign
+
+        return terminate_foreign([p.pid for p in processes])
 
 
 class SimulatedLauncher:
@@ -71,6 +80,23 @@ class SimulatedLauncher:
             "SPECDOCTOR_SIM_SPEED": str(self.speed),
         }
         return EngineProcess.start(self.argv(spec), env, log_path, to_file=to_file)
+
+    def free_gpus(self, processes: list[GpuProcess]) -> str:
+        """On the simulated node the stray processes are part of the profile: a copy without them is used."""
+        import json
+        import tempfile
+
+        pids = {p.pid for p in processes}
+        kept = [p for p in self.profile.processes if p.pid not in pids]
+        data = self.profile.model_dump(mode="json")
+        data["processes"] = [p.model_dump(mode="json") for p in kept]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="simnode-", delete=False) as f:
+            json.dump(data, f)
+        self.profile_name = f.name
+        self.profile = self.profile.model_copy(update={"processes": tuple(kept)})
+        return f"stopped {len(pids)} process(es) on the simulated node: " + ", ".join(
+            str(p) for p in sorted(pids)
+        )
 
     def gpus(self) -> GpuReport:
         """What nvidia-smi would print on the simulated node."""

@@ -86,6 +86,9 @@ class LoopSettings(BaseModel):
     )
     detach: bool = Field(False, description="Once healthy, leave the server running on its own and return.")
     preflight: bool = Field(True, description="Check and fix the command statically before the first launch.")
+    allow_kill: bool = Field(
+        False, description="May stop processes we did not start that hold the GPUs (after a confirm)."
+    )
     grace_s: float = Field(10.0, ge=0, description="SIGTERM → SIGKILL grace when stopping the engine.")
     gpu_release_s: float = Field(
         120.0, ge=0, description="How long to wait for our old processes to leave the GPUs."
@@ -183,8 +186,12 @@ class Loop:
                 if healthy is not None:
                     return healthy
                 outcome = attempt.outcome or outcome  # a supervised crash after ready
-            self._stop_engine()
+            # Decide first (the log is complete once the engine ended or hung), then clean up.
             decision = self._decide(spec, outcome, attempt)
+            self._stop_engine()
+            if isinstance(decision, Stop) and decision.category == "stale-gpu-process" and self._free_gpus():
+                restarts += 1
+                continue
             if isinstance(decision, Stop):
                 if not (outcome.ready_seen and self.settings.supervise):
                     return self._result("stopped", f"{decision.summary}. {decision.advice}".strip(), spec)
@@ -403,6 +410,32 @@ class Loop:
             )
         )
         return review.spec
+
+    def _free_gpus(self) -> bool:
+        """With the user's leave, stop the processes we did not start that hold GPU memory; True if any went."""
+        report = self.launcher.gpus()
+        foreign = [p for p in report.processes if (p.used_memory_mib or 0) > 0] if report.ok else []
+        if not foreign:
+            return False
+        names = ", ".join(
+            f"{p.pid} ({p.process_name}, {p.used_memory_mib} MiB on GPU {p.gpu_index})" for p in foreign
+        )
+        if not (
+            self.settings.allow_kill
+            and self.approver.confirm(f"stop {names}, which hold GPU memory this launch needs?")
+        ):
+            return False
+        message = self.launcher.free_gpus(foreign)
+        self.bus.emit(
+            ApprovalEvent(
+                attempt=len(self.attempts),
+                approved=True,
+                by=self.approver.kind,
+                note=f"freed the GPUs: {message}",
+            )
+        )
+        self.gpus = self.launcher.gpus()
+        return True
 
     def _second_opinion(self) -> tuple[Decision | None, str]:
         """The LLM's decision on the last failure, when a person asked for it instead of the playbook's."""

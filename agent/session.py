@@ -96,6 +96,7 @@ def settings_for(
         ),
         supervise=supervise,
         stop_when_healthy=stop_when_healthy,
+        allow_kill=getattr(args, "allow_kill", False),
         log_dir=run_dir,
     )
 

@@ -261,3 +261,28 @@ def test_detach_leaves_the_server_running(tmp_path):
         deadline = time.time() + 10
         while our_processes() and time.time() < deadline:
             time.sleep(0.2)
+
+
+def test_allow_kill_frees_a_gpu_held_by_a_stray_process(tmp_path):
+    base = str(DEMO_MODELS.parent.parent.parent / "tools" / "simnode" / "profiles" / "a100x2-busy.json")
+    command = f"python -m sglang.launch_server --model-path {tmp_path / 'Qwen3-8B'} --tp-size 2 --port {find_free_port(37000)}"
+    (tmp_path / "Qwen3-8B").mkdir()
+    (tmp_path / "Qwen3-8B" / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "hidden_size": 4096,
+                "num_hidden_layers": 36,
+                "vocab_size": 151936,
+                "max_position_embeddings": 40960,
+            }
+        )
+    )
+    refused, sink = run_loop(command, tmp_path / "no", profile=base)
+    assert refused.kind == "stopped" and sink.of("decision")[-1].decision.category == "stale-gpu-process"
+    freed, sink = run_loop(command, tmp_path / "yes", profile=base, allow_kill=True)
+    assert freed.kind == "healthy", freed.message
+    assert any("freed the GPUs: stopped 1 process(es)" in e.note for e in sink.of("approval"))
