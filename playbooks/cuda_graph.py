@@ -10,6 +10,7 @@ the exception inside it says what really did, and each cause has its own fix:
 
 from __future__ import annotations
 
+import math
 import re
 
 from agent.decision import Decision
@@ -24,6 +25,9 @@ _COMPILE = re.compile(
     re.I,
 )
 _AVAIL = re.compile(r"avail mem=([0-9.]+) GB")
+_TRIED = re.compile(r"Tried to allocate ([0-9.]+) (GiB|MiB)")
+_TOTAL = re.compile(r"total capacity of ([0-9.]+) GiB of which ([0-9.]+) (GiB|MiB) is free")
+FLOOR_FRACTION = 0.7
 HIGH_FRACTION = 0.85
 MAX_BS_STEPS = (64, 32, 16, 8)
 
@@ -85,16 +89,45 @@ def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+def _size_gib(number: str, unit: str) -> float:
+    return float(number) / (1024 if unit.startswith("M") else 1)
+
+
+def _shortfall(text: str) -> tuple[float, float] | None:
+    """(GiB the capture lacked, GPU total GiB) from PyTorch's OOM message, when it gives them."""
+    alloc = _TRIED.search(text)
+    total = _TOTAL.search(text)
+    if not alloc or not total:
+        return None
+    free = _size_gib(total.group(2), total.group(3))
+    return max(_size_gib(alloc.group(1), alloc.group(2)) - free, 0.0), float(total.group(1))
+
+
 def _capture_oom(ctx: Context) -> Decision | None:
     current = ctx.view.float("--mem-fraction-static")
     if current is not None and current > HIGH_FRACTION:
-        lower = round(max(current - 0.07, 0.7), 2)
+        short = _shortfall(ctx.search_text)
+        # Graphs are captured largest batch first, so the failed allocation is the big one; leave room
+        # for it plus a third for the smaller ones and fragmentation.
+        step = (short[0] * 1.3 + 1.0) / short[1] if short else 0.07
+        wanted = current - max(step, 0.03)
+        lower = math.floor(round(max(wanted, FLOOR_FRACTION) * 100, 6)) / 100
+        edits: list[Edit] = [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))]
+        why = "CUDA graphs are allocated outside mem_fraction_static; " + (
+            f"the capture lacked {short[0]:.1f} GiB of {short[1]:.0f} GiB, so the static share drops by {current - lower:.2f}"
+            if short
+            else "a smaller static share leaves them room"
+        )
+        if wanted < FLOOR_FRACTION:
+            # Lowering the static share that far would starve the KV cache: capture fewer batch sizes too.
+            edits.append(SetFlag(flag=_max_bs_flag(ctx), values=(str(MAX_BS_STEPS[0]),)))
+            why += f", but not below {FLOOR_FRACTION} (the KV cache needs it); the largest graphs go instead"
         decision = fix(
             ctx,
-            [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))],
+            edits,
             "cuda-graph",
             f"CUDA graph capture ran out of memory: --mem-fraction-static {current:g} leaves too little outside the static pool",
-            why="CUDA graphs are allocated outside mem_fraction_static; a smaller static share leaves them room",
+            why=why,
             confidence=0.85,
         )
         if decision is not None:

@@ -87,6 +87,19 @@ def internal_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     line = ctx.root.error_line or ""
     if not _INTERNAL.search(line):
         return None
+    if (
+        ctx.view.algorithm
+        and ctx.view.has("--speculative-draft-model-path")
+        and re.search(r"size of tensor|Sizes of tensors|shape", line)
+    ):
+        return stop(
+            ctx,
+            "spec-draft-mismatch",
+            f"the draft model's tensors do not fit what SGLang feeds it for this target: {line}",
+            "The draft was built for another target or another SGLang integration (hidden size, auxiliary "
+            "layers, vocabulary); use a draft made for this exact target and SGLang's algorithm.",
+            confidence=0.6,
+        )
     where = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
     place = f" in {where.path.rsplit('sglang/', 1)[-1]}:{where.line} ({where.function})" if where else ""
     return stop(

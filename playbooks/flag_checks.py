@@ -7,6 +7,7 @@ flags playbook), so the two can never disagree about what a flag means.
 from __future__ import annotations
 
 import json
+import re
 from difflib import SequenceMatcher
 
 from agent.decision import Finding
@@ -104,6 +105,20 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
             confidence=best.score,
         )
     hint = "; did you mean " + " or ".join(s.flag for s in r.suggestions) + "?" if r.suggestions else ""
+    if not opt.values and re.match(r"--(?:enable|disable|use|no)-", opt.name):
+        # A switch this SGLang lacks turns on a feature it does not have; dropping it is the only change
+        # that launches, and it cannot change anything else the command asks for.
+        return Finding(
+            code="unknown-flag",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"SGLang {catalog.version} has no switch {opt.name}{hint}",
+            evidence=evidence,
+            edits=(RemoveFlag(flag=opt.name),),
+            why=f"{opt.name} turns on a feature this SGLang does not have; without it the rest of the command stands",
+            confidence=0.6,
+        )
     return Finding(
         code="unknown-flag",
         severity="error",
@@ -273,7 +288,11 @@ def _closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | No
         ((SequenceMatcher(None, value.lower(), c.lower()).ratio(), c) for c in choices), reverse=True
     )
     if ranked and ranked[0][0] >= 0.8 and (len(ranked) == 1 or ranked[0][0] - ranked[1][0] >= 0.08):
-        return ranked[0][1]
+        best = ranked[0][1]
+        # llama4 is not a typo of llama3: names that differ only in a version number are different things.
+        if re.sub(r"\d", "", best.lower()) == re.sub(r"\d", "", value.lower()):
+            return None
+        return best
     return None
 
 

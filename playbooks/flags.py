@@ -42,8 +42,9 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if unrecognized and named and not named & written and ctx.view.has("--config"):
         return _from_config_file(ctx, sorted(named), error_line)
     skew = sorted(n for n in named & written if unrecognized and ctx.catalog.resolve(n).accepted_by_engine)
-    if skew:
+    if skew and not [f for f in errors if f.edits]:
         return _version_skew(ctx, skew, error_line)
+    edits += [RemoveFlag(flag=n) for n in skew]  # beside real faults, an unknown-here flag just goes
     unfixed = [f for f in named_findings if not f.edits]
     if unfixed and not any(f.edits for f in named_findings):
         return stop(
@@ -67,19 +68,18 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
-def _version_skew(ctx: Context, flags: list[str], error_line: str) -> Decision | None:
-    """The running SGLang rejects flags the catalog knows: it is another version than the catalog's."""
-    edits = [RemoveFlag(flag=f) for f in flags]
-    return fix(
+def _version_skew(ctx: Context, flags: list[str], error_line: str) -> Decision:
+    """The running SGLang rejects flags SGLang {catalog} knows: it is an older (or other) release. The flags
+    are right for the newer one, so no rewrite of the command is the fix; the install is."""
+    return stop(
         ctx,
-        edits,
         "flag-name",
-        f"the SGLang that ran does not know {', '.join(flags)} although SGLang {ctx.catalog.version} does: "
-        "it is an older or newer release",
-        why="removing the flags the running version rejects; check against its own --help (specdoctor check "
-        "with the command's python) to translate them",
+        f"the SGLang that ran does not know {', '.join(flags)}, which SGLang {ctx.catalog.version} has: "
+        "the installed SGLang is older than the command expects",
+        f"Upgrade SGLang (pip install -U sglang), or drop {', '.join(flags)} if you must stay on this version; "
+        "check the command against the installed version with `specdoctor check` using its python.",
         evidence=(error_line,),
-        confidence=0.55,
+        confidence=0.6,
     )
 
 

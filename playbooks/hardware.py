@@ -87,24 +87,6 @@ def package_skew(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 
 @playbook(
-    id="sglang.hardware.fa3",
-    category="attention-backend",
-    pattern=r"FlashAttention v3 Backend requires SM|fa3.*(?:SM|sm_?\d+)|FA3 .*only supports",
-    priority=25,
-)
-def fa3_off_hopper(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """FA3 runs only on Ampere/Hopper."""
-    return fix(
-        ctx,
-        [SetFlag(flag="--attention-backend", values=("flashinfer",))],
-        "attention-backend",
-        "the fa3 attention backend does not run on this GPU",
-        why="flashinfer supports every recent NVIDIA GPU",
-        confidence=0.85,
-    )
-
-
-@playbook(
     id="sglang.hardware.triton-smem",
     category="attention-backend",
     pattern=r"OutOfResources: out of resource: shared memory",
@@ -193,4 +175,22 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "other",
         f"the Python package `{name}` is missing from SGLang's environment",
         f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
+    )
+
+
+@playbook(
+    id="sglang.hardware.quant-alignment",
+    category="quantization",
+    pattern=r"not aligned with the quantized weight shape|not divisible by .*(?:group|block)[_ ]size|weight shape .* quantiz",
+    priority=30,
+)
+def quant_alignment(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A quantized checkpoint's shapes do not split across this many GPUs (or at all) for this kernel."""
+    return stop(
+        ctx,
+        "quantization",
+        f"the quantized weights cannot be sharded this way: {ctx.root.error_line or m.group(0) if m else ''}",
+        "Try a smaller --tp-size only if the model still fits; otherwise use a checkpoint quantized for this "
+        "architecture (or unquantized) — the kernel cannot map these shapes.",
+        confidence=0.7,
     )

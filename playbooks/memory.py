@@ -204,3 +204,27 @@ def request_slots(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why="fewer concurrent requests need fewer slots",
         confidence=0.7,
     )
+
+
+_HOLDER = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s*MiB\s*$", re.M)
+
+
+@playbook(
+    id="sglang.memory.stale-holders", category="stale-gpu-process", pattern=_HOLDER.pattern, priority=30
+)
+def stale_holders(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The log shows processes already holding most of the GPUs' memory (an nvidia-smi listing)."""
+    rows = [(int(g), int(pid), name, int(mib)) for g, pid, name, mib in _HOLDER.findall(ctx.search_text)]
+    big = [r for r in rows if r[3] >= 1024]
+    if not big:
+        return None
+    names = ", ".join(f"{pid} ({name}, {mib} MiB on GPU {g})" for g, pid, name, mib in big[:4])
+    return stop(
+        ctx,
+        "stale-gpu-process",
+        f"other processes hold the GPUs' memory: {names}",
+        "Stop them (often a previous server's orphaned scheduler processes; `deploy --allow-kill` can do it), or "
+        "use other GPUs with CUDA_VISIBLE_DEVICES.",
+        evidence=tuple(ln for ln in ctx.search_text.splitlines() if _HOLDER.match(ln))[:4],
+        confidence=0.75,
+    )

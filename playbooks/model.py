@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from agent.decision import Decision
-from agent.spec import SetFlag
+from agent.spec import SetEnv, SetFlag
 from playbooks.base import Context, fix, playbook, stop
 from playbooks.flag_checks import check_flags
 
@@ -156,3 +157,67 @@ def model_required(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "the command gives no model",
         "Add --model-path with a model folder or Hub repo id.",
     )
+
+
+_TOO_LONG = re.compile(
+    r"(?i)(?:input|prompt|request)[^\n]*?(?:longer than|exceeds)[^\n]*?(?:context length|allowed length|max context)[^\n]*?\((\d+)(?: tokens)?\)",
+)
+
+
+@playbook(
+    id="sglang.model.prompt-too-long",
+    category="context-length",
+    when=("exited", "unhealthy", "degraded"),
+    pattern=_TOO_LONG.pattern,
+    priority=35,
+)
+def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Requests are refused as too long: a context the model config caps, or a KV pool that came out small."""
+    found = _TOO_LONG.search(ctx.search_text)
+    assert found is not None
+    allowed = int(found.group(1))
+    scaled = _rope_scaled_length(ctx.view.get("--json-model-override-args"))
+    if scaled and scaled > allowed:
+        return fix(
+            ctx,
+            [
+                SetFlag(flag="--context-length", values=(str(scaled),)),
+                SetEnv(name="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", value="1"),
+            ],
+            "context-length",
+            f"RoPE scaling is on, but the context length stayed at the config's {allowed}",
+            why=f"original_max_position_embeddings × factor = {scaled}; SGLang does not derive it from the override",
+            confidence=0.8,
+        )
+    asked = ctx.view.int("--context-length")
+    if asked and allowed * 4 < asked:
+        return stop(
+            ctx,
+            "oom",
+            f"the KV cache holds only {allowed} tokens although --context-length is {asked}: the pool came out far too small",
+            "Give the KV cache more memory (a higher --mem-fraction-static if the GPU has room, more GPUs), "
+            "or find out what held memory when SGLang measured it.",
+            confidence=0.6,
+        )
+    return stop(
+        ctx,
+        "context-length",
+        f"requests are longer than the {allowed} tokens this server accepts",
+        "Shorten the prompts, or use a model (or RoPE scaling) with a longer context.",
+    )
+
+
+def _rope_scaled_length(override: str | None) -> int | None:
+    if not override:
+        return None
+    try:
+        data = json.loads(override)
+    except ValueError:
+        return None
+    rope = data.get("rope_scaling") if isinstance(data, dict) else None
+    if not isinstance(rope, dict):
+        return None
+    factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
+    if isinstance(factor, (int, float)) and isinstance(original, int):
+        return int(original * factor)
+    return None

@@ -54,7 +54,21 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     priority=20,
 )
 def internal_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A port SGLang derives from --port (scheduler, detokenizer, NCCL) is taken."""
+    """A port SGLang derives from --port (scheduler, detokenizer, RPC, NCCL) is taken."""
+    waited = re.search(r"is not available in (\d+) seconds", ctx.search_text)
+    if waited and re.search(r"sglang|scheduler", ctx.search_text.split(waited.group(0), 1)[1][:600], re.I):
+        # The holder is an SGLang server still shutting down: waiting longer is enough.
+        seconds = max(120, 4 * int(waited.group(1)))
+        decision = fix(
+            ctx,
+            [SetEnv(name="SGLANG_WAIT_PORT_TIMEOUT", value=str(seconds))],
+            "port-in-use",
+            f"a previous SGLang server still holds an internal port after SGLang's {waited.group(1)} s wait",
+            why="it is still shutting down; SGLANG_WAIT_PORT_TIMEOUT lets the new launch wait for it",
+            confidence=0.7,
+        )
+        if decision is not None:
+            return decision
     current = ctx.view.int("--port") or DEFAULT_PORT
     new = _new_port(ctx, current + 20)
     if new is None:

@@ -109,3 +109,55 @@ def too_many_ranks(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"a TP rank found no GPU (--tp-size {tp})",
         "Make --tp-size × --pp-size at most the number of visible GPUs (check CUDA_VISIBLE_DEVICES and `nvidia-smi -L`).",
     )
+
+
+@playbook(id="sglang.parallel.warmup-hang", category="nccl", when=("hung",), priority=40)
+def warmup_hang(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Several GPUs, and the first batch never finishes: custom all-reduce (CUDA IPC between the GPUs) is
+    the usual culprit, and NCCL the safe replacement."""
+    view = ctx.view
+    if (
+        view.tp * (view.int("--pp-size") or 1) < 2
+        or view.has("--disable-custom-all-reduce")
+        or ctx.outcome.fatal_line
+    ):
+        return None
+    late = ctx.outcome.stage in (None, "http", "warmup", "ready", "scheduler") or re.search(
+        r"Prefill batch|POST /generate", ctx.search_text
+    )
+    if not late:
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--disable-custom-all-reduce")],
+        "nccl",
+        "the server hangs on its first batch with tensor parallelism: a collective never completes",
+        why="custom all-reduce needs working peer-to-peer/IPC between the GPUs; NCCL's all-reduce does not",
+        evidence=ctx.evidence(r"Prefill batch|Decode batch"),
+        confidence=0.65,
+    )
+
+
+@playbook(id="sglang.parallel.odd-tp", category="tp-config", priority=78)
+def odd_tp(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The model failed while being built across a TP size that is not a power of two: its head and layer
+    counts (vision towers too) are powers of two, so the shards do not divide."""
+    tp = ctx.view.tp
+    if tp <= 2 or tp & (tp - 1) == 0 or ctx.root.kind not in ("exception", "traceback-cut"):
+        return None
+    if not any(
+        re.search(r"/models/|__init__|divisible|heads", f.path + f.function) for f in ctx.root.frames
+    ) and not re.search(r"divisible|heads", ctx.root_text):
+        return None
+    up = 1 << (tp - 1).bit_length()
+    visible = visible_gpus(ctx.view, ctx.gpus)
+    target = up if visible is None or up <= visible else 1 << (tp.bit_length() - 1)
+    return fix(
+        ctx,
+        [SetFlag(flag="--tp-size", values=(str(target),))],
+        "tp-config",
+        f"the model could not be split over --tp-size {tp}, which does not divide its power-of-two head counts",
+        why=f"--tp-size {target} divides them"
+        + ("; it needs that many GPUs" if target > tp else "; the model must still fit"),
+        confidence=0.55,
+    )

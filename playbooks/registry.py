@@ -13,6 +13,8 @@ _FAMILIES = (
     "network",
     "model",
     "hardware",
+    "features",
+    "backends",
     "engine_bugs",
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from agent.decision import Decision, Finding
-from agent.spec import SetEnv, SetFlag
+from agent.spec import RemoveFlag, SetEnv, SetFlag
 from playbooks.base import Context, fix, playbook, stop
 from playbooks.spec_checks import NO_SPEC_BACKENDS, check_speculative
 from playbooks.translate import EAGLE_FAMILY, draft_algorithm
@@ -129,11 +129,15 @@ def dp_attention(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 @playbook(
     id="sglang.spec.needs-chain",
     category="spec-config",
-    pattern=r"only supports topk = 1|requires --speculative-eagle-topk=1|speculative_eagle_topk(?:\(\d+\))? > 1 with page_size",
+    pattern=r"only supports? topk ?=+ ?1|topk ?<= ?1\)?|linear draft chain only|requires --speculative-eagle-topk=1|"
+    r"speculative_eagle_topk(?:\(\d+\))? > 1 with page_size",
     priority=20,
 )
 def needs_chain(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """Tree drafting (topk > 1) where only a chain is supported: backend, paging or rejection sampling."""
+    """Tree drafting (topk > 1) where only a chain is supported: a backend, paging, a sampler, a verifier."""
+    topk = ctx.view.int("--speculative-eagle-topk")
+    if topk is None or topk <= 1:
+        return None  # already a chain: the feature that needs one is the fault (see engine_bugs.feature)
     steps = ctx.view.int("--speculative-num-steps")
     edits = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
     if steps is not None:
@@ -142,8 +146,36 @@ def needs_chain(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         ctx,
         edits,
         "spec-config",
-        f"tree drafting is not supported here: {ctx.root.error_line}",
+        f"tree drafting (topk {topk}) is not supported here: {ctx.root.error_line or m.group(0) if m else ''}",
         why="topk 1 drafts a single chain of num-steps tokens, which every backend supports",
+    )
+
+
+_ONLY_ALGOS = re.compile(
+    r"Only ([A-Z0-9_]+(?:(?:, | and | or )[A-Z0-9_]+)*) speculative algorithms? (?:are|is) supported"
+)
+
+
+@playbook(
+    id="sglang.spec.supported-algorithms", category="spec-config", pattern=_ONLY_ALGOS.pattern, priority=20
+)
+def supported_algorithms(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The model allows only some speculative algorithms, and says which."""
+    assert m is not None
+    allowed = re.split(r", | and | or ", m.group(1))
+    current = ctx.view.algorithm
+    # NEXTN is SGLang's alias of EAGLE (MTP heads); some checks read the name before the alias is resolved.
+    target = "EAGLE" if current == "NEXTN" and "EAGLE" in allowed else allowed[0]
+    if target == (ctx.view.get("--speculative-algorithm") or ""):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--speculative-algorithm", values=(target,))],
+        "spec-config",
+        f"this model supports only {', '.join(allowed)} as --speculative-algorithm",
+        why=f"{target} is the allowed algorithm closest to {current}"
+        + (" (NEXTN is an alias of EAGLE the check does not resolve)" if current == "NEXTN" else ""),
+        confidence=0.85,
     )
 
 
@@ -215,3 +247,76 @@ def validation(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         if f.edits and f.severity == "error" and (flags & named or not named):
             return _from_finding(ctx, f)
     return None
+
+
+@playbook(id="sglang.spec.overlap-worker", category="spec-config", priority=60)
+def overlap_worker(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A crash inside the overlap (spec v2) draft worker: the synchronous path is the tested fallback."""
+    text = ctx.search_text
+    if ctx.view.algorithm is None or ctx.view.has("--disable-overlap-schedule"):
+        return None
+    if not re.search(r"eagle_worker_v2|_worker_v2\.py|spec_v2|overlap", text):
+        return None
+    if not re.search(r"Error|assert", ctx.root.error_line or "", re.I):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--disable-overlap-schedule")],
+        "spec-config",
+        "speculative decoding crashed in the overlap-scheduler (spec v2) draft worker",
+        why="--disable-overlap-schedule runs drafting synchronously, a separate and older code path",
+        confidence=0.6,
+    )
+
+
+@playbook(id="sglang.spec.disaggregation", category="spec-config", priority=60)
+def with_disaggregation(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A speculative decode worker of a PD-disaggregated deployment crashes on a missing draft state."""
+    view = ctx.view
+    if view.algorithm is None or view.get("--disaggregation-mode") != "decode":
+        return None
+    if not re.search(r"spec_info|NoneType", ctx.root.error_line or "") or not re.search(
+        r"speculative|spec_", ctx.root_text
+    ):
+        return None
+    edits = [
+        RemoveFlag(flag=o.name)
+        for o in view.spec.options()
+        if view.canon(o.name).startswith("--speculative-")
+    ]
+    return fix(
+        ctx,
+        edits,
+        "spec-config",
+        f"{view.algorithm} speculative decoding has no draft state on a PD decode worker "
+        "(the prefill side does not hand one over for this algorithm)",
+        why="without speculative decoding the disaggregated decode worker runs; use an algorithm the PD "
+        "hand-over supports (EAGLE) to get drafting back",
+        confidence=0.55,
+    )
+
+
+@playbook(
+    id="sglang.spec.backend-unsupported",
+    category="attention-backend",
+    pattern=r"does not support speculative decoding",
+    priority=32,
+)
+def backend_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """An attention backend (or the hybrid of two) has no draft/verify path."""
+    view = ctx.view
+    if view.get("--attention-backend") in NO_SPEC_BACKENDS:
+        return None  # backend_without_spec fixes that one
+    hybrid = [f for f in ("--prefill-attention-backend", "--decode-attention-backend") if view.has(f)]
+    advice = (
+        f"Use one attention backend for both phases (without {', '.join(hybrid)}), "
+        if hybrid
+        else "Pick an attention backend with speculative support (flashinfer, triton, fa3), "
+    ) + "or launch without speculative decoding; this SGLang has no draft/verify path for this combination."
+    return stop(
+        ctx,
+        "attention-backend",
+        f"this attention setup cannot do speculative decoding: {ctx.root.error_line}",
+        advice,
+        confidence=0.7,
+    )

@@ -19,6 +19,7 @@ from agent.events import (
     EnvFingerprint,
     Event,
     EventBus,
+    EvidenceEvent,
     HealthEvent,
     LaunchEvent,
     OutcomeEvent,
@@ -34,6 +35,9 @@ from agent.events import (
 )
 from agent.outcome import Outcome
 from agent.spec import LaunchSpec, RenameFlag, SetEnv, SetFlag
+from tools.gpu import parse_gpus_description
+from tools.logs import extract_root_cause
+from tools.system import ModelFacts
 
 DATA = Path(__file__).parent / "data"
 
@@ -162,6 +166,21 @@ def whole_run() -> list[Event]:
             summary="architectures: ['LlamaForCausalLMEagle3']",
             text='{"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, '
             f'"hidden_size": 7168}}\nfetched with HF_TOKEN={HF_TOKEN}',
+        ),
+        EvidenceEvent(
+            attempt=1,
+            root_cause=extract_root_cause(
+                [ready, "[2026-12-03 08:27:01] Decode batch, #running-req: 1, accept len: 1.00"]
+            ),
+            log_text=f"{ready}\nDecode batch, #running-req: 1, accept len: 1.00 (token hf_{'x' * 30})",
+            gpus=parse_gpus_description("8x H200"),
+            draft=ModelFacts(
+                path="/models/kimi-k2.5-eagle3",
+                local=True,
+                exists=True,
+                has_config=True,
+                architectures=("LlamaForCausalLMEagle3",),
+            ),
         ),
         DecisionEvent(
             attempt=1,

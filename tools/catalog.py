@@ -182,7 +182,16 @@ class FlagCatalog:
         return parser
 
 
-_TYPES = {"int": int, "float": float}
+def _human_readable_int(text: str) -> int:
+    """SGLang's int type for sizes: `32k`, `1Mi`, or a plain int."""
+    units = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * units[suffix])
+    return int(text)
+
+
+_TYPES = {"int": int, "float": float, "human_readable_int": _human_readable_int}
 
 
 def _add_argument(parser: argparse.ArgumentParser, f: FlagInfo, hidden: bool = False) -> None:
@@ -194,11 +203,17 @@ def _add_argument(parser: argparse.ArgumentParser, f: FlagInfo, hidden: bool = F
     if f.nargs == 0:
         parser.add_argument(*strings, action="store_true", help=help_text, required=f.required)
         return
+    kind = _TYPES.get(f.value_type or "")
+    choices = (
+        [kind(c) for c in f.choices]
+        if f.choices and kind is not None
+        else (list(f.choices) if f.choices else None)
+    )
     parser.add_argument(
         *strings,
         nargs=f.nargs,
-        type=_TYPES.get(f.value_type or ""),
-        choices=list(f.choices) if f.choices else None,
+        type=kind,
+        choices=choices,
         metavar=f.metavar if not f.choices else None,
         help=help_text,
         required=f.required,

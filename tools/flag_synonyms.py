@@ -87,6 +87,18 @@ SYNONYMS: tuple[Synonym, ...] = (
         "--swap-space", None, "SGLang has no CPU swap space for the KV cache; see --enable-hierarchical-cache"
     ),
     _v("--distributed-executor-backend", None, "SGLang starts its own TP workers"),
+    _v("--enable-reasoning", None, "SGLang separates reasoning content with --reasoning-parser alone"),
+    _v("--enable-auto-tool-choice", None, "SGLang parses tool calls whenever --tool-call-parser is given"),
+    _v("--enable-chunked-prefill", None, "SGLang chunks prefill by default (--chunked-prefill-size)"),
+    _v("--disable-log-stats", None, "SGLang logs throughput every --decode-log-interval steps"),
+    _v("--num-scheduler-steps", None, "a vLLM scheduler setting with no SGLang counterpart"),
+    _v("--max-seq-len-to-capture", None, "SGLang sizes CUDA graphs by batch size (--cuda-graph-max-bs-decode)"),
+    _v("--guided-decoding-backend", "--grammar-backend"),
+    _v("--scheduling-policy", "--schedule-policy"),
+    _v("--uvicorn-log-level", "--log-level"),
+    _v("--lora-modules", "--lora-paths"),
+    _v("--hf-overrides", "--json-model-override-args"),
+    _v("--compilation-config", None, "SGLang compiles with --enable-torch-compile"),
     _v(
         "--kv-cache-memory-bytes",
         "--max-total-tokens",
@@ -118,4 +130,6 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "--kv-cache-dtype": {"fp8": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float16": "auto"},
     "--speculative-algorithm": {"MTP": "NEXTN", "DEEPSEEK_MTP": "NEXTN", "DRAFT_MODEL": "STANDALONE"},
     "--dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+    # Llama 4 writes tool calls as Python-style calls; SGLang has no parser named after the model.
+    "--tool-call-parser": {"llama4": "pythonic", "llama-4": "pythonic", "llama3.1": "llama3", "llama3.2": "llama3"},
 }

@@ -1,0 +1,130 @@
+"""Attention backends: when the error says which backends this model or GPU supports, or which one a
+feature requires, use one of those (preferring the most widely supported)."""
+
+from __future__ import annotations
+
+import re
+
+from agent.decision import Decision
+from agent.spec import SetFlag
+from playbooks.base import Context, fix, playbook, stop
+
+# Most portable first: triton runs everywhere SGLang runs, flashinfer on every recent NVIDIA GPU.
+PREFERENCE = ("triton", "flashinfer", "fa4", "trtllm_mha", "fa3", "flashmla", "trtllm_mla", "cutlass_mla")
+_LISTED = re.compile(r"Only \{?([\w', ]+?)\}? backends? (?:are|is) supported")
+_GOT = re.compile(r"Got prefill=(\w+), decode=(\w+)")
+_REQUIRES = re.compile(r"requires (?:--attention-backend[ =])?(\w+?)(?:AttnBackend|Backend)?\b(?! to)", re.I)
+_CLASS_TO_NAME = {
+    "triton": "triton",
+    "flashinfer": "flashinfer",
+    "flashattention": "fa3",
+    "torchnative": "torch_native",
+}
+
+
+def _choices(ctx: Context, flag: str) -> tuple[str, ...]:
+    info = ctx.catalog.get(flag)
+    return info.choices if info and info.choices else ()
+
+
+def _pick(ctx: Context, flag: str, allowed: list[str]) -> str | None:
+    valid = [b for b in allowed if not _choices(ctx, flag) or b in _choices(ctx, flag)]
+    ranked = sorted(valid, key=lambda b: PREFERENCE.index(b) if b in PREFERENCE else len(PREFERENCE))
+    return ranked[0] if ranked else None
+
+
+@playbook(id="sglang.backend.only-listed", category="attention-backend", pattern=_LISTED.pattern, priority=22)
+def only_listed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The error lists the attention backends this model supports on this GPU."""
+    assert m is not None
+    allowed = [b.strip(" '\"") for b in m.group(1).split(",") if b.strip(" '\"")]
+    got = _GOT.search(ctx.search_text)
+    flag = "--attention-backend"
+    if not ctx.view.has(flag) and got:
+        flag = "--prefill-attention-backend" if got.group(1) not in allowed else "--decode-attention-backend"
+    target = _pick(ctx, flag, allowed)
+    if target is None:
+        return stop(
+            ctx,
+            "attention-backend",
+            f"none of the backends this model allows ({', '.join(allowed)}) exists here",
+            "Use an SGLang build with one of them.",
+        )
+    return fix(
+        ctx,
+        [SetFlag(flag=flag, values=(target,))],
+        "attention-backend",
+        f"this model runs only on the {', '.join(allowed)} attention backends here",
+        why=f"{target} is the most widely supported of them",
+        confidence=0.8,
+    )
+
+
+@playbook(
+    id="sglang.backend.required",
+    category="attention-backend",
+    pattern=r"requires \w*(?:AttnBackend|Backend)\b|requires --attention-backend",
+    priority=45,
+)
+def required_backend(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A log line says a feature of this model requires a specific attention backend."""
+    for match in _REQUIRES.finditer(ctx.search_text):
+        name = _CLASS_TO_NAME.get(match.group(1).lower(), match.group(1).lower())
+        if name in _choices(ctx, "--attention-backend") and ctx.view.get("--attention-backend") != name:
+            return fix(
+                ctx,
+                [SetFlag(flag="--attention-backend", values=(name,))],
+                "attention-backend",
+                f"this model needs the {name} attention backend ({match.group(0)})",
+                why=f"the log says the model's attention path is implemented for {name}",
+                evidence=(match.string[max(0, match.start() - 80) : match.end()].splitlines()[-1],),
+                confidence=0.7,
+            )
+    return None
+
+
+@playbook(
+    id="sglang.backend.fa3-not-here",
+    category="attention-backend",
+    pattern=r"FlashAttention v3 Backend requires SM|'fa3' backend is not supported|fa3.* not supported on|FA3 .*only supports",
+    priority=25,
+)
+def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """FA3 runs on Ampere/Hopper only. On Blackwell its successor is FA4."""
+    blackwell = bool(re.search(r"Blackwell|sm_?10\d|SM10\d|sm_?12\d", ctx.search_text)) or bool(
+        ctx.gpus and ctx.gpus.ok and any((g.compute_capability or (0, 0))[0] >= 10 for g in ctx.gpus.gpus)
+    )
+    user_fa3 = [
+        f
+        for f in ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
+        if ctx.view.get(f) == "fa3"
+    ]
+    if user_fa3:
+        return fix(
+            ctx,
+            [SetFlag(flag=user_fa3[0], values=("flashinfer",))],
+            "attention-backend",
+            "the fa3 attention backend does not run on this GPU",
+            why="flashinfer supports every recent NVIDIA GPU",
+            confidence=0.8,
+        )
+    # The command did not ask for fa3, so a default chose it: when the error names the flag to use, follow
+    # it; otherwise the default that is fa3 is the vision encoder's.
+    if suggested := re.search(r"use `?--attention-backend[ =](\w+)", ctx.search_text):
+        return fix(
+            ctx,
+            [SetFlag(flag="--attention-backend", values=(suggested.group(1),))],
+            "attention-backend",
+            "the default fa3 attention backend does not run on this GPU",
+            why="the error names the backend to use",
+            confidence=0.8,
+        )
+    target = "fa4" if blackwell and "fa4" in _choices(ctx, "--mm-attention-backend") else "sdpa"
+    return fix(
+        ctx,
+        [SetFlag(flag="--mm-attention-backend", values=(target,))],
+        "attention-backend",
+        "the vision encoder asks for FlashAttention-3, which this GPU does not run",
+        why=f"--mm-attention-backend {target} gives the encoder a backend this GPU supports",
+        confidence=0.7,
+    )
