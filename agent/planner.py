@@ -28,10 +28,15 @@ class PlaybookPlanner:
 
             playbooks = all_playbooks()
         self.playbooks: tuple[Playbook, ...] = tuple(sorted(playbooks, key=lambda p: p.priority))
+        self.errors: list[str] = []
 
     def decide(self, ctx: Context) -> Decision | None:
         for pb in self.playbooks:
-            decision = pb.run(ctx)
+            try:
+                decision = pb.run(ctx)
+            except Exception as exc:  # a broken rule must not cost the diagnosis; the next rule gets its turn
+                self.errors.append(f"playbook {pb.id} failed: {type(exc).__name__}: {exc}")
+                continue
             if decision is not None:
                 return decision
         return None

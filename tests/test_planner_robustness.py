@@ -1,0 +1,60 @@
+"""No log, however odd, makes the planner raise: a broken rule is skipped, garbage gets a plain stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.decision import Stop
+from agent.diagnose import context_for, decide
+from agent.planner import PlaybookPlanner
+from agent.spec import LaunchSpec
+from playbooks.base import Playbook
+from playbooks.registry import all_playbooks
+from tools.catalog_load import bundled
+
+DATA = Path(__file__).parent / "data"
+CAT = bundled()
+REAL_LINES = [
+    line
+    for p in sorted((DATA / "corpus").glob("*.json")) + sorted((DATA / "corpus-extra").glob("*.json"))
+    for line in json.loads(p.read_text())["log"].splitlines()
+]
+COMMANDS = [json.loads(p.read_text())["command"] for p in sorted((DATA / "corpus").glob("*.json"))]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(st.one_of(st.sampled_from(REAL_LINES), st.text(max_size=200)), max_size=30),
+    command=st.sampled_from(COMMANDS),
+)
+def test_any_mix_of_real_and_random_lines_gets_a_decision(lines, command):
+    decision = decide(context_for(LaunchSpec.parse(command), CAT, lines))
+    assert decision.summary and decision.category
+
+
+def test_a_rule_that_raises_is_skipped():
+    def broken(ctx, m):
+        raise KeyError("boom")
+
+    bad = Playbook(
+        id="site.broken",
+        category="other",
+        when=frozenset({"exited"}),
+        pattern=None,
+        fn=broken,
+        doc="",
+        priority=0,
+    )
+    planner = PlaybookPlanner([bad, *all_playbooks()])
+    ctx = context_for(
+        LaunchSpec.parse(COMMANDS[0]),
+        CAT,
+        ["RuntimeError: CUDART error: peer access is not supported between these two devices"],
+    )
+    decision = planner.decide(ctx)
+    assert decision is not None and not isinstance(decision, Stop)
+    assert planner.errors == ["playbook site.broken failed: KeyError: 'boom'"]
