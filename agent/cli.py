@@ -31,6 +31,7 @@ VERBS = {
     "diagnose": "agent.commands.diagnose",
     "eval": "agent.commands.evaluate",
     "deploy": "agent.commands.deploy",
+    "fix": "agent.commands.fix",
     "demo": "agent.commands.demo",
     "replay": "agent.commands.replay",
 }

@@ -374,7 +374,11 @@ class Loop:
         while True:
             review: Review = self.approver.review(spec, decision, new, attempt, note=note)
             if not review.ask_llm:
-                break
+                checked = self._check_edit(review, new)
+                if checked is None:
+                    break
+                new, note = checked
+                continue
             other, note = self._second_opinion()
             if isinstance(other, Fix):
                 self._emit_decision(attempt, other)
@@ -436,6 +440,21 @@ class Loop:
         )
         self.gpus = self.launcher.gpus()
         return True
+
+    def _check_edit(self, review: Review, proposed: LaunchSpec) -> tuple[LaunchSpec, str] | None:
+        """A command a person typed goes through preflight before it costs a launch; found problems are
+        shown and the fixed command proposed (accepting the same command again overrides the check)."""
+        edited = review.spec
+        if review.by != "user" or not review.approved or edited is None or edited == proposed:
+            return None
+        report = preflight(edited, self.catalog, gpus=self.gpus, host=True)
+        errors = [f for f in report.findings if f.severity == "error"]
+        if not errors:
+            return None
+        note = "your edit has problems: " + "; ".join(f.message for f in errors[:3])
+        if report.corrected != edited:
+            note += " (the command below fixes them)"
+        return report.corrected, note
 
     def _second_opinion(self) -> tuple[Decision | None, str]:
         """The LLM's decision on the last failure, when a person asked for it instead of the playbook's."""

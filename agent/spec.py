@@ -165,9 +165,9 @@ class LaunchSpec(BaseModel):
 
 
 def _split(line: str) -> list[str]:
-    # Users paste multi-line commands with backslash continuations; shlex handles `\\\n` as whitespace.
+    # Users paste multi-line commands with backslash continuations, which a shell reads as one space.
     try:
-        return shlex.split(line, comments=False, posix=True)
+        return shlex.split(line.replace("\\\r\n", " ").replace("\\\n", " "), comments=False, posix=True)
     except ValueError as exc:
         raise SpecError(f"cannot parse the command line ({exc}): check its quotes") from None
 

@@ -286,3 +286,44 @@ def test_allow_kill_frees_a_gpu_held_by_a_stray_process(tmp_path):
     freed, sink = run_loop(command, tmp_path / "yes", profile=base, allow_kill=True)
     assert freed.kind == "healthy", freed.message
     assert any("freed the GPUs: stopped 1 process(es)" in e.note for e in sink.of("approval"))
+
+
+def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
+    from agent.approve import Review
+
+    class Person:
+        kind = "user"
+
+        def __init__(self) -> None:
+            self.notes: list[str] = []
+
+        def confirm(self, question: str) -> bool:
+            return False
+
+        def review(self, old, decision, new, attempt, note=""):
+            self.notes.append(note)
+            if attempt == 0 or note:
+                return Review(approved=True, spec=new, by="user")
+            typo = LaunchSpec.parse(new.shell().replace("--mem-fraction-static", "--mem-fraction-statc"))
+            return Review(approved=True, spec=typo, by="user")
+
+    person = Person()
+    sink = Collect()
+    loop = Loop(
+        LaunchSpec.parse(kimi("").replace("--mem-fraction-static 0.75", "--mem-fraction-static 0.97")),
+        bundled(),
+        SimulatedLauncher("h200x8", speed=SPEED),
+        default_planner(),
+        person,
+        EventBus([sink]),
+        LoopSettings(
+            log_dir=tmp_path, watch=WatchSettings(deadlines=StageDeadlines().scaled(0.005), spec_probes=2)
+        ),
+    )
+    result = loop.run()
+    assert any("your edit has problems" in n and "--mem-fraction-statc" in n for n in person.notes), (
+        person.notes
+    )
+    launched = [e.command for e in sink.of("launch")]
+    assert "--mem-fraction-statc" not in " ".join(launched)
+    assert result.kind == "healthy"

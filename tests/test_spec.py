@@ -150,3 +150,11 @@ def test_malformed_commands_get_one_clear_line(command, says):
 def test_option_tokens_render_inline_only_for_one_value():
     assert Option(name="--x", values=("1",), inline=True).tokens() == ["--x=1"]
     assert Option(name="--x", values=("1", "2"), inline=True).tokens() == ["--x", "1", "2"]
+
+
+def test_backslash_continuations_read_like_a_shell():
+    pasted = (
+        "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server \\\n  --model-path M \\\r\n  --tp-size 2"
+    )
+    spec = LaunchSpec.parse(pasted)
+    assert spec.argv() == ["python", "-m", "sglang.launch_server", "--model-path", "M", "--tp-size", "2"]

@@ -1,0 +1,105 @@
+"""`specdoctor fix -- CMD`: the interactive fix-it session; every change is shown and you decide."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from agent import exitcodes
+from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agent.approve import Approver
+    from agent.events import Sink
+    from agent.spec import Canon
+
+    Parts = tuple[Approver, list[Sink], Callable[[str], None]]
+    """Who approves, the event sinks, and how a closing line is written."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fix",
+        help="launch, diagnose and relaunch, asking you before each change",
+        description="Check the command, launch it and watch it start, with a live status line. On a failure you "
+        "see the diagnosis, the log lines it rests on and the proposed change as a diff, and decide: accept it, "
+        "edit the command, ask the LLM instead, or quit. Once the server is healthy it is stopped (does this "
+        "command work?) unless --keep. Without a terminal it runs unattended, like `specdoctor deploy --once`.",
+        epilog=exitcodes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_command_argument(p)
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="once healthy, keep the server running in the foreground and supervise it, like deploy",
+    )
+    from agent.session import add_run_options
+
+    add_run_options(p)
+    add_catalog_options(p)
+    add_llm_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.commands.common import choose_catalog, read_spec
+    from agent.session import Session, launcher_for, make_run_dir, settings_for
+    from tools.process import install_signal_handlers
+
+    install_signal_handlers()
+    spec = read_spec(args)
+    choice = choose_catalog(spec, args)
+    run_dir = make_run_dir(args.run_dir)
+    canon = choice.catalog.canonical
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        approver, sinks, say = _interactive(canon)
+    else:
+        like = "specdoctor deploy" if args.keep else "specdoctor deploy --once"
+        print(f"not a terminal: running unattended, like `{like}`", file=sys.stderr)
+        approver, sinks, say = _unattended(args, canon)
+    session = Session(
+        spec=spec,
+        choice=choice,
+        launcher=launcher_for(args),
+        approver=approver,
+        settings=settings_for(args, run_dir, supervise=args.keep, stop_when_healthy=not args.keep),
+        run_dir=run_dir,
+        mode="fix",
+        sinks=sinks,
+    )
+    result = session.run(args)
+    report_path = run_dir / "report.json"
+    if session.report is not None:
+        session.report.write(report_path)
+    say(f"transcript: {session.transcript_path}  report: {report_path}")
+    return result.exit_code
+
+
+def _interactive(canon: Canon) -> Parts:
+    from rich.console import Console
+    from rich.text import Text
+
+    from agent.interactive import InteractiveApprover
+    from agent.live import LiveView
+
+    console = Console(highlight=False)
+    view = LiveView(console, canon=canon)
+    approver = InteractiveApprover(console, before_prompt=view.pause)
+    return approver, [view], lambda text: console.print(Text(text, style="dim"), soft_wrap=True)
+
+
+def _unattended(args: argparse.Namespace, canon: Canon) -> Parts:
+    from agent.approve import PolicyApprover
+    from agent.console import ConsoleSink
+    from agent.render import Out
+
+    out = Out(sys.stdout)
+    return (
+        PolicyApprover(args.min_confidence),
+        [ConsoleSink(out, canon=canon)],
+        lambda text: out.line(text, "dim"),
+    )

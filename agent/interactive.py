@@ -1,0 +1,199 @@
+"""The person at the terminal approves each change in `specdoctor fix`: accept it, edit the command,
+ask the LLM instead, or quit.
+
+Prompts read the terminal with `input()`, so readline gives line editing and the edit prompt comes
+prefilled with the proposed command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from agent.approve import Review
+from agent.decision import Fix
+from agent.spec import LaunchSpec, SpecError
+
+EDIT_PROMPT = "command> "
+ACTIONS = ("accept", "edit", "llm", "quit")
+"""What the person may answer; any prefix of one (`a`, `acc`) will do."""
+
+
+def editor_command() -> list[str] | None:
+    """The person's editor as argv (VISUAL first, then EDITOR), or None when neither is set."""
+    for name in ("VISUAL", "EDITOR"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            with contextlib.suppress(ValueError):
+                return shlex.split(value)
+    return None
+
+
+def multiline(spec: LaunchSpec) -> str:
+    """The command one flag a line with backslash continuations, as people write long commands."""
+    head = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in spec.env), *map(shlex.quote, spec.entrypoint)])
+    lines = [head, *(" ".join(map(shlex.quote, a.tokens())) for a in spec.args)]
+    return " \\\n  ".join(lines) + "\n"
+
+
+def prefilled_input(prompt: str, text: str) -> str:
+    """`input(prompt)` with `text` already typed in, ready to edit (readline); without readline the text
+    is shown and an empty answer keeps it."""
+    try:
+        import readline
+    except ImportError:
+        readline = None
+    if readline is None or not hasattr(readline, "set_pre_input_hook"):  # some libedit builds lack it
+        print(text)
+        answer = input(f"(empty keeps it) {prompt}")
+        return answer if answer.strip() else text
+
+    def fill() -> None:
+        readline.insert_text(text)
+        readline.redisplay()
+
+    readline.set_pre_input_hook(fill)
+    try:
+        return input(prompt)
+    finally:
+        readline.set_pre_input_hook(None)
+
+
+class InteractiveApprover:
+    """Asks the person at the terminal about every proposed change, and before stopping foreign processes."""
+
+    kind = "user"
+
+    def __init__(
+        self,
+        console: Console,
+        *,
+        before_prompt: Callable[[], None] = lambda: None,
+        ask: Callable[[str], str] = input,
+        edit_line: Callable[[str, str], str] = prefilled_input,
+    ) -> None:
+        self.console = console
+        self.before_prompt = before_prompt
+        self.ask = ask
+        self.edit_line = edit_line
+
+    def confirm(self, question: str) -> bool:
+        self.before_prompt()
+        while True:
+            answer = (self._ask(f"{question} [y/N] ") or "n").strip().lower()
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("", "n", "no"):
+                return False
+            self._say("answer y or n", "yellow")
+
+    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = "") -> Review:
+        self.before_prompt()
+        if note:
+            self._say(note, "bold yellow")
+        source = "the static check" if decision.playbook == "preflight" else decision.playbook or "the LLM"
+        self._say(f"proposed command (from {source}):", "bold")
+        self.console.print(Text(new.shell(), style="cyan"), soft_wrap=True)
+        editor = editor_command()
+        menu = "[a]ccept  [e]dit  [l]lm  [q]uit" + ("  [E]ditor" if editor else "") + " > "
+        while True:
+            answer = self._ask(menu)
+            answer = "quit" if answer is None else answer.strip()
+            if answer == "E" and editor:
+                edited = self._edit_in_editor(editor, old, new, attempt)
+            else:
+                action = next((a for a in ACTIONS if answer and a.startswith(answer.lower())), None)
+                if action is None:
+                    self._say("type a, e, l or q and press Enter", "yellow")
+                    continue
+                if action == "accept":
+                    return Review(approved=True, spec=new, by="user", note="accepted by the user")
+                if action == "llm":
+                    self._say("asking the LLM for its diagnosis...", "dim")
+                    return Review(approved=False, by="user", ask_llm=True, note="the user asked the LLM")
+                if action == "quit":
+                    return Review(approved=False, by="user", note="refused by the user")
+                edited = self._edit_inline(old, new, attempt)
+            if edited is None:
+                continue
+            if edited == new:
+                return Review(approved=True, spec=new, by="user", note="accepted by the user")
+            self._say(f"launching your command: {edited.shell()}", "green")
+            return Review(approved=True, spec=edited, by="user", note="edited by the user")
+
+    # ---- editing ---------------------------------------------------------------------------------
+    def _edit_inline(self, old: LaunchSpec, new: LaunchSpec, attempt: int) -> LaunchSpec | None:
+        """Edit the proposed line until it is a valid command; an empty line goes back to the menu."""
+        self._say("edit the command (only flags and environment may change; empty line: back)", "dim")
+        text = new.shell()
+        while True:
+            answer = self._ask(EDIT_PROMPT, lambda prompt, shown=text: self.edit_line(prompt, shown))
+            if answer is None or not answer.strip():
+                return None
+            text = answer
+            spec = self._check(text, old, new, attempt)
+            if spec is not None:
+                return spec
+
+    def _edit_in_editor(
+        self, editor: list[str], old: LaunchSpec, new: LaunchSpec, attempt: int
+    ) -> LaunchSpec | None:
+        with tempfile.TemporaryDirectory(prefix="specdoctor-") as tmp:
+            path = Path(tmp) / "command.sh"
+            path.write_text(multiline(new))
+            try:
+                done = subprocess.run([*editor, str(path)], check=False)
+            except OSError as exc:
+                self._say(f"cannot start the editor {editor[0]}: {exc.strerror}", "red")
+                return None
+            if done.returncode != 0:
+                self._say(f"the editor exited with status {done.returncode}; nothing changed", "yellow")
+                return None
+            # shlex keeps a backslash-newline as a newline token, where a shell continues the line.
+            text = path.read_text().replace("\\\n", " ")
+        if not text.strip():
+            self._say("the file is empty; nothing changed", "yellow")
+            return None
+        return self._check(text, old, new, attempt)
+
+    def _check(self, text: str, old: LaunchSpec, new: LaunchSpec, attempt: int) -> LaunchSpec | None:
+        """The edited command, or None after saying in one line why it cannot be launched."""
+        try:
+            spec = LaunchSpec.parse(text)
+        except SpecError as exc:
+            self._say(f"✗ {exc}", "bold red")
+            return None
+        if spec.entrypoint not in (old.entrypoint, new.entrypoint):
+            self._say(
+                f"✗ edits may change flags and environment only: the program must stay "
+                f"`{' '.join(old.entrypoint)}`, not `{' '.join(spec.entrypoint)}`",
+                "bold red",
+            )
+            return None
+        if attempt > 0 and spec == old:
+            self._say("✗ that is the command that just failed: change something, or [q]uit", "bold red")
+            return None
+        return spec
+
+    # ---- the terminal ----------------------------------------------------------------------------
+    def _ask(self, prompt: str, read: Callable[[str], str] | None = None) -> str | None:
+        """The answer, or None on end of input (Ctrl-D: the person left, so nothing is applied)."""
+        try:
+            return (read or self.ask)(prompt)
+        except EOFError:
+            self.console.print()
+            return None
+        except KeyboardInterrupt:
+            self.console.print()
+            raise
+
+    def _say(self, text: str, style: str = "") -> None:
+        self.console.print(Text(text, style=style), soft_wrap=True)
