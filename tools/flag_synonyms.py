@@ -92,7 +92,11 @@ SYNONYMS: tuple[Synonym, ...] = (
     _v("--enable-chunked-prefill", None, "SGLang chunks prefill by default (--chunked-prefill-size)"),
     _v("--disable-log-stats", None, "SGLang logs throughput every --decode-log-interval steps"),
     _v("--num-scheduler-steps", None, "a vLLM scheduler setting with no SGLang counterpart"),
-    _v("--max-seq-len-to-capture", None, "SGLang sizes CUDA graphs by batch size (--cuda-graph-max-bs-decode)"),
+    _v(
+        "--max-seq-len-to-capture",
+        None,
+        "SGLang sizes CUDA graphs by batch size (--cuda-graph-max-bs-decode)",
+    ),
     _v("--guided-decoding-backend", "--grammar-backend"),
     _v("--scheduling-policy", "--schedule-policy"),
     _v("--uvicorn-log-level", "--log-level"),
@@ -131,5 +135,10 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "--speculative-algorithm": {"MTP": "NEXTN", "DEEPSEEK_MTP": "NEXTN", "DRAFT_MODEL": "STANDALONE"},
     "--dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
     # Llama 4 writes tool calls as Python-style calls; SGLang has no parser named after the model.
-    "--tool-call-parser": {"llama4": "pythonic", "llama-4": "pythonic", "llama3.1": "llama3", "llama3.2": "llama3"},
+    "--tool-call-parser": {
+        "llama4": "pythonic",
+        "llama-4": "pythonic",
+        "llama3.1": "llama3",
+        "llama3.2": "llama3",
+    },
 }
