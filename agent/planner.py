@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -65,9 +66,23 @@ def no_rule_matched(ctx: Context, notes: Sequence[str] = ()) -> Stop:
     if notes:
         advice += " " + " ".join(notes)
     return Stop(
-        category="other",
+        category=_guess_category(ctx),
         summary=f"no playbook recognises this failure: {cause}",
         advice=advice,
         evidence=ctx.evidence(),
         confidence=0.2,
     )
+
+
+_INTERNAL_ERROR = re.compile(
+    r"^(?:\w+\.)*(?:AssertionError|RuntimeError|ValueError|TypeError|AttributeError|IndexError|KeyError|NotImplementedError)\b"
+)
+
+
+def _guess_category(ctx: Context) -> str:
+    """With no rule: an exception raised inside SGLang that names no flag is most often a bug of that
+    version (the stop is the same either way; only the label differs)."""
+    line = ctx.root.error_line or ""
+    if ctx.root.kind == "exception" and _INTERNAL_ERROR.search(line) and "--" not in line:
+        return "engine-bug"
+    return "other"

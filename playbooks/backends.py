@@ -128,3 +128,62 @@ def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why=f"--mm-attention-backend {target} gives the encoder a backend this GPU supports",
         confidence=0.7,
     )
+
+
+_ONLY_ON = re.compile(r"(\w[\w ]*?) backend is only supported on ([^.]+)", re.I)
+
+
+@playbook(
+    id="sglang.backend.not-on-this-gpu", category="attention-backend", pattern=_ONLY_ON.pattern, priority=26
+)
+def not_on_this_gpu(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A backend the command asked for does not run on this GPU generation."""
+    for flag in ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"):
+        chosen = ctx.view.get(flag)
+        if chosen and chosen.replace("_", " ").lower() in (m.group(1).replace("_", " ").lower() if m else ""):
+            target = _pick(
+                ctx, flag, [b for b in PREFERENCE if b != chosen and not b.startswith(chosen.split("_")[0])]
+            )
+            if target:
+                return fix(
+                    ctx,
+                    [SetFlag(flag=flag, values=(target,))],
+                    "attention-backend",
+                    f"{flag} {chosen} is only supported on {m.group(2) if m else 'other GPUs'}",
+                    why=f"{target} runs on this GPU generation",
+                    confidence=0.6,
+                )
+    return stop(
+        ctx,
+        "attention-backend",
+        f"a default attention backend does not run on this GPU: {ctx.root.error_line or ''}",
+        "Pick a backend for this GPU with --attention-backend (triton runs everywhere), or use an SGLang build that supports it.",
+    )
+
+
+@playbook(id="sglang.backend.draft-worker", category="attention-backend", priority=70)
+def draft_worker_backend(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The draft worker fails to build: a draft of another architecture (a Llama-style EAGLE head on an MLA
+    target) inherits the target's attention backend, which it cannot use."""
+    if ctx.view.algorithm is None or ctx.view.has("--speculative-draft-attention-backend"):
+        return None
+    if "--speculative-draft-attention-backend" not in ctx.catalog:
+        return None
+    if not re.search(
+        r"init_draft_worker|DraftWorker|draft_worker|eagle_worker\w*\.py\S*, line \d+, in __init__",
+        ctx.root_text,
+    ):
+        return None
+    amd = bool(
+        ctx.gpus and ctx.gpus.ok and any(re.search(r"AMD|MI\d{3}|Instinct", g.name) for g in ctx.gpus.gpus)
+    )
+    target = "triton" if amd else "flashinfer"  # flashinfer is SGLang's standard backend on NVIDIA GPUs
+    return fix(
+        ctx,
+        [SetFlag(flag="--speculative-draft-attention-backend", values=(target,))],
+        "attention-backend",
+        "the speculative draft worker failed to build",
+        why=f"the draft inherits the target's attention backend, which a draft of another architecture may not "
+        f"support; {target} serves any standard attention",
+        confidence=0.5,
+    )

@@ -11,7 +11,8 @@ from playbooks.base import Context, fix, playbook, stop
 
 _INTERNAL = re.compile(
     r"^(?:TypeError|AttributeError|IndexError|KeyError|NotImplementedError|UnboundLocalError|NameError|ZeroDivisionError)\b"
-    r"|^RuntimeError: (?:Sizes of tensors|shape|The size of tensor|Expected .* to have|mat1 and mat2)",
+    r"|^RuntimeError: (?:Sizes of tensors|shape|The size of tensor|Expected .* to have|mat1 and mat2)"
+    r"|^ValueError: (?:too many|not enough) values to unpack",
 )
 
 

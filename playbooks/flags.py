@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 from agent.decision import Decision, Finding
-from agent.spec import Edit, RemoveFlag
+from agent.spec import Edit, RemoveFlag, RenameFlag
 from playbooks.base import Context, fix, playbook, stop
 from playbooks.flag_checks import check_flags
+from tools.similarity import score
 
 ARGPARSE = r"(?:^|\s)\S+: error: (?:unrecognized arguments|ambiguous option|argument --|the following arguments are required)"
 _NAMED = re.compile(r"(--[A-Za-z0-9][\w\-]*)")
@@ -39,6 +40,8 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     named_findings = [f for f in errors if f.flag in named] or errors
     edits: list[Edit] = [e for f in findings for e in f.edits]
     written = {o.name for o in ctx.spec.options()}
+    if (amb := _AMBIGUOUS.search(error_line)) and amb.group(1) in written:
+        return _ambiguous_here(ctx, amb.group(1), [c.strip() for c in amb.group(2).split(",")], error_line)
     if unrecognized and named and not named & written and ctx.view.has("--config"):
         return _from_config_file(ctx, sorted(named), error_line)
     skew = sorted(n for n in named & written if unrecognized and ctx.catalog.resolve(n).accepted_by_engine)
@@ -65,6 +68,40 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why=_why(named_findings),
         evidence=(error_line,),
         confidence=min(0.95, lead.confidence),
+    )
+
+
+_AMBIGUOUS = re.compile(r"ambiguous option: (--[\w-]+) could match (.+)$")
+
+
+def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_line: str) -> Decision | None:
+    """The running SGLang reads `written` as an abbreviation of several flags. Spell out the one meant: the
+    one this catalog gives it (an alias here, like `--model`), else the closest candidate."""
+    meant = ctx.catalog.canonical(written)
+    if meant not in candidates:
+        ranked = sorted(candidates, key=lambda c: -score(written, c))
+        meant = (
+            ranked[0]
+            if ranked
+            and score(written, ranked[0]) - (score(written, ranked[1]) if len(ranked) > 1 else 0) >= 0.05
+            else ""
+        )
+    if not meant:
+        return stop(
+            ctx,
+            "flag-name",
+            f"{written} is ambiguous here: it could be {', '.join(candidates)}",
+            "Write the full flag name.",
+            evidence=(error_line,),
+        )
+    return fix(
+        ctx,
+        [RenameFlag(flag=written, to=meant)],
+        "flag-name",
+        f"this SGLang reads {written} as an abbreviation that could be {', '.join(candidates)}",
+        why=f"{meant} is the full name of the flag {written} was meant as",
+        evidence=(error_line,),
+        confidence=0.85,
     )
 
 

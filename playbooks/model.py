@@ -92,7 +92,7 @@ def remote_code(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     priority=40,
 )
 def architecture(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """An architecture SGLang (or its transformers) has no implementation for."""
+    """An architecture the installed SGLang (or its transformers) cannot load."""
     text = ctx.search_text
     if "does not recognize this architecture" in text and not ctx.view.has("--trust-remote-code"):
         return fix(
@@ -103,24 +103,21 @@ def architecture(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why="with --trust-remote-code transformers loads the architecture from the repository",
             confidence=0.5,
         )
-    if (
-        "--model-impl" in ctx.catalog
-        and ctx.view.get("--model-impl") != "transformers"
-        and "not supported" in text
-    ):
-        return fix(
+    import_failed = re.search(r"Ignore import error when loading (\S+)", text)
+    if import_failed:
+        return stop(
             ctx,
-            [SetFlag(flag="--model-impl", values=("transformers",))],
             "other",
-            "SGLang has no native implementation of this architecture",
-            why="--model-impl transformers runs it through the Transformers implementation (slower, but it serves)",
-            confidence=0.6,
+            f"SGLang has this architecture, but importing {import_failed.group(1)} failed, so it looks unsupported",
+            "Fix the Python environment (the import error above: kernel packages that do not match SGLang, a "
+            "missing compiler); reinstall sglang with its pinned sgl-kernel/flashinfer.",
         )
     return stop(
         ctx,
         "other",
-        "this architecture is not supported by the installed SGLang/transformers",
-        "Upgrade SGLang (it pins transformers) or use a supported checkpoint.",
+        "the installed SGLang has no implementation of this model's architecture",
+        "Upgrade SGLang to a release that supports it (or try --model-impl transformers, which runs it through "
+        "the Transformers implementation where SGLang has that fallback).",
     )
 
 

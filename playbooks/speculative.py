@@ -255,9 +255,12 @@ def overlap_worker(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     text = ctx.search_text
     if ctx.view.algorithm is None or ctx.view.has("--disable-overlap-schedule"):
         return None
-    if not re.search(r"eagle_worker_v2|_worker_v2\.py|spec_v2|overlap", text):
+    if not re.search(r"eagle_worker_v2|_worker_v2\.py|spec_v2", text):
         return None
-    if not re.search(r"Error|assert", ctx.root.error_line or "", re.I):
+    # A state the overlap path forgot to prepare: a None where the draft step expects metadata.
+    if not re.search(r"must not be None|is None|NoneType", ctx.root.error_line or ""):
+        return None
+    if not re.search(r"draft_extend|prepare_for|metadata|spec_info", text):
         return None
     return fix(
         ctx,
