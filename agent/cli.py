@@ -58,12 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return exitcodes.USAGE
     from agent.spec import SpecError
-    from playbooks.user import PlaybookFileError
     from tools.catalog_load import CatalogError
 
     try:
         return int(args.run(args))
-    except (UsageError, SpecError, CatalogError, PlaybookFileError) as exc:
+    except (UsageError, SpecError, CatalogError) as exc:
         print(f"specdoctor {args.verb}: error: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     except KeyboardInterrupt:

@@ -27,13 +27,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.decision import Category, Decision
+from agent.errors import UsageError
 from agent.outcome import OutcomeKind
 from agent.spec import Edit
 from playbooks.base import Context, Playbook, fix, stop
 from tools.dirs import config_dir
 
 
-class PlaybookFileError(ValueError):
+class PlaybookFileError(UsageError):
     """A user playbook file that cannot be used; the message names the file and line."""
 
 

@@ -7,20 +7,22 @@ known to it, so one table serves every SGLang version. `translate` names a rule 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
 
-
-class Synonym(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+# A plain dataclass, not a pydantic model: this table is read on every `check`, and building ~50 models at
+# import costs start-up time for nothing (the data never comes from outside).
+@dataclass(frozen=True)
+class Synonym:
     written: str
     origin: Literal["vllm", "sglang-renamed", "sglang-removed"]
-    target: str | None = Field(description="The SGLang flag that means the same, None when none does.")
-    note: str = Field(default="", description="What differs in meaning; shown to the user.")
-    translate: str | None = Field(
-        default=None, description="Id of a value-rewriting rule in playbooks.flags."
-    )
+    target: str | None
+    """The SGLang flag that means the same, None when none does."""
+    note: str = ""
+    """What differs in meaning; shown to the user."""
+    translate: str | None = None
+    """Id of a value-rewriting rule in playbooks.translate."""
 
 
 def _v(written: str, target: str | None, note: str = "", translate: str | None = None) -> Synonym:

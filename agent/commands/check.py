@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 
 from agent import exitcodes
@@ -36,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
     choice = choose_catalog(spec, args)
     host = not args.no_host
     view = SpecView(spec, choice.catalog)
-    needs_gpus = args.gpus or args.nvidia_smi or (host and view.tp * (view.int("--pp-size") or 1) > 1)
-    gpus = gpu_facts(args) if needs_gpus else None
+    described = bool(args.gpus or args.nvidia_smi)
+    # The live GPUs matter only on the machine that will run it: without nvidia-smi here (a laptop checking
+    # a cluster command) they are skipped, not reported as a fault of the command.
+    live = host and view.tp * (view.int("--pp-size") or 1) > 1 and shutil.which("nvidia-smi") is not None
+    gpus = gpu_facts(args) if described or live else None
     report = preflight(spec, choice.catalog, gpus=gpus, host=host, catalog_note=choice.note)
     if args.json:
         print(json.dumps(as_json(report, choice.catalog.canonical), indent=2))

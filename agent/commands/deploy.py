@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agent import exitcodes
-from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options
+from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options, add_run_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +33,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="once healthy, stop the server and exit 0 (does this command work?)",
     )
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
-    from agent.session import add_run_options
-
     add_run_options(p)
     add_catalog_options(p)
     add_llm_options(p)

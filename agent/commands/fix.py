@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from agent import exitcodes
-from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options
+from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options, add_run_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,8 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="once healthy, keep the server running in the foreground and supervise it, like deploy",
     )
-    from agent.session import add_run_options
-
     add_run_options(p)
     add_catalog_options(p)
     add_llm_options(p)

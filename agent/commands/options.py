@@ -55,3 +55,51 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also use the YAML playbooks in DIR (besides ~/.config/specdoctor/playbooks)",
     )
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("budget and policy")
+    g.add_argument(
+        "--max-launches", type=int, default=6, metavar="N", help="most launches before giving up (default 6)"
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="wall-time budget in seconds (default 3600)",
+    )
+    g.add_argument(
+        "--gpu-minutes", type=float, default=None, metavar="M", help="GPU-minutes budget (default: none)"
+    )
+    g.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.5,
+        metavar="C",
+        help="apply fixes at least this confident (default 0.5)",
+    )
+    g.add_argument(
+        "--allow-kill",
+        action="store_true",
+        help="may stop other processes that hold the GPUs this launch needs",
+    )
+    g.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where logs, transcript and report go (default ~/.local/state/specdoctor/runs/<time>)",
+    )
+    g.add_argument("--report", metavar="FILE", help="also write the JSON report here")
+    s = p.add_argument_group("simulated node (no GPU needed)")
+    s.add_argument(
+        "--simulate",
+        metavar="PROFILE",
+        help="launch on the built-in simulated GPU node: h200x8, h100x8, rtx4090x2, a100x2-busy, or a profile JSON",
+    )
+    s.add_argument(
+        "--sim-speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="time scale of the simulated node (default 1.0)",
+    )
