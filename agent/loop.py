@@ -188,7 +188,7 @@ class Loop:
                 outcome = attempt.outcome or outcome  # a supervised crash after ready
             # Decide first (the log is complete once the engine ended or hung), then clean up.
             decision = self._decide(spec, outcome, attempt)
-            self._stop_engine()
+            self._stop_engine(hung=outcome.kind == "hung")
             if isinstance(decision, Stop) and decision.category == "stale-gpu-process" and self._free_gpus():
                 restarts += 1
                 continue
@@ -514,12 +514,13 @@ class Loop:
             )
         return None
 
-    def _stop_engine(self) -> None:
+    def _stop_engine(self, hung: bool = False) -> None:
         if self.engine is None:
             return
         engine, self.engine = self.engine, None
         ours = {p.pid for p in engine.processes()} | {engine.pid}
-        engine.stop(self.settings.grace_s)
+        # A hung SGLang ignores SIGTERM (it waits on a server that never started): no point waiting long.
+        engine.stop(min(self.settings.grace_s, 3.0) if hung else self.settings.grace_s)
         self._wait_gpu_release(ours)
 
     def _wait_gpu_release(self, pids: set[int]) -> None:
