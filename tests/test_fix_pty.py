@@ -19,6 +19,7 @@ import pexpect
 import pytest
 
 from tests.llm_stub import StubLLM, tool_calls
+from tests.procs import live_processes
 from tools.reaper import MARKER_VARIABLE
 from tools.system import find_free_port
 
@@ -39,20 +40,12 @@ _ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_])")
 def our_processes() -> list[int]:
     """Live processes of these tests' launches: the engine marker or the simulated node, and our token."""
     token = "=".join(RUN_TOKEN).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        ours = MARKER_VARIABLE.encode() in environ or b"tools.simnode" in cmdline
-        if state != "Z" and ours and token in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+
+    def ours(env: bytes, cmd: bytes) -> bool:
+        launched = MARKER_VARIABLE.encode() in env or b"tools.simnode" in cmd
+        return launched and token in env.split(b"\0")
+
+    return live_processes(ours)
 
 
 @pytest.fixture(autouse=True)

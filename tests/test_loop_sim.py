@@ -20,6 +20,7 @@ from agent.launcher import SimulatedLauncher
 from agent.loop import Backoff, Budget, Loop, LoopSettings
 from agent.spec import LaunchSpec
 from agent.watch import StageDeadlines, WatchSettings
+from tests.procs import live_processes
 from tools.catalog_load import bundled
 from tools.reaper import MARKER_VARIABLE
 from tools.system import find_free_port
@@ -30,19 +31,7 @@ SPEED = 0.05
 
 def our_processes() -> list[int]:
     """Processes started by specdoctor launches (they carry the engine marker) or the simulated node."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and (MARKER_VARIABLE.encode() in environ or b"tools.simnode" in cmdline):
-            found.append(int(entry.name))
-    return found
+    return live_processes(lambda env, cmd: MARKER_VARIABLE.encode() in env or b"tools.simnode" in cmd)
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import live_processes
 from tools.reaper import MARKER_VARIABLE
 from tools.system import find_free_port
 
@@ -23,21 +24,14 @@ pytestmark = pytest.mark.real_sglang
 
 
 def sglang_processes() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        # Real SGLang: the launcher runs sglang.launch_server, its children retitle themselves sglang::...
-        real = b"sglang.launch_server" in cmdline or cmdline.startswith(b"sglang::")
-        if state != "Z" and real and MARKER_VARIABLE.encode() in environ:
-            found.append(int(entry.name))
-    return found
+    """Real SGLang of our launches: the launcher runs sglang.launch_server, its children retitle themselves
+    sglang::..., and all carry the engine marker."""
+
+    def real(env: bytes, cmd: bytes) -> bool:
+        sglang = b"sglang.launch_server" in cmd or cmd.startswith(b"sglang::")
+        return sglang and MARKER_VARIABLE.encode() in env
+
+    return live_processes(real)
 
 
 @pytest.fixture(autouse=True)
