@@ -316,3 +316,43 @@ def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
     launched = [e.command for e in sink.of("launch")]
     assert "--mem-fraction-statc" not in " ".join(launched)
     assert result.kind == "healthy"
+
+
+def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
+    from agent.transcript import read_transcript
+
+    port = find_free_port(39000)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "deploy",
+            "--simulate",
+            "h200x8",
+            "--sim-speed",
+            str(SPEED),
+            "--run-dir",
+            str(tmp_path),
+            "--",
+            *kimi("", port).split(),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline and "HEALTHY" not in proc.stdout.readline():
+        pass
+    assert our_processes()  # supervising a healthy server
+    proc.kill()  # SIGKILL: no handler runs, no atexit
+    proc.wait(10)
+    deadline = time.time() + 15  # the watchdog notices its owner is gone and stops the engine tree
+    while our_processes() and time.time() < deadline:
+        time.sleep(0.2)
+    assert our_processes() == []
+    transcript = read_transcript(tmp_path / "transcript.jsonl")
+    assert transcript.stop is None  # killed: no stop event, and everything before it intact
+    kinds = [e.type for e in transcript.events]
+    assert kinds[0] == "run_start" and "launch" in kinds
+    assert transcript.outcomes()[-1].outcome.kind == "healthy"
