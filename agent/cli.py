@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"specdoctor {args.verb}: internal error: {type(exc).__name__}: {exc} (set SPECDOCTOR_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
-        return 70
+        return exitcodes.INTERNAL
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ class ConsoleSink:
         d = e.decision
         if d.playbook == "preflight" and d.action == "fix":
             return  # its findings were just shown one by one
-        who = d.playbook or e.planner
+        who = d.playbook or {"llm": "the LLM", "none": "no rule matched"}.get(e.planner, e.planner)
         self.out.line(
             f"{self._t(e)} diagnosis [{d.category}] ({who}, confidence {d.confidence:.2f}): {d.summary}",
             "bold",

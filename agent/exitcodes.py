@@ -12,6 +12,8 @@ STOPPED = 3
 """deploy/fix: stopped because no flag change can help (the report says why)."""
 BUDGET = 4
 """deploy/fix: the launch or time budget ran out before the server was healthy."""
+INTERNAL = 70
+"""A bug in specdoctor itself (one line; SPECDOCTOR_DEBUG=1 shows the traceback). Please report it."""
 INTERRUPTED = 130
 """Ctrl-C or SIGTERM: the engine tree was stopped and the transcript closed."""
 
@@ -21,5 +23,6 @@ EPILOG = """exit codes:
   2    usage error (bad command, unreadable file, bad option)
   3    deploy/fix: stopped, no flag change can help
   4    deploy/fix: budget exhausted (launches or time)
+  70   internal error in specdoctor (SPECDOCTOR_DEBUG=1 shows the traceback)
   130  interrupted (the engine was stopped, the transcript closed)
 """

@@ -84,9 +84,9 @@ def decision_panel(
         who = "the static check (preflight)"
     else:
         summary = decision.summary
-        who = f"playbook {decision.playbook}" if decision.playbook else "the LLM"
-        if planner.startswith("llm:"):
-            who = f"the LLM ({planner[4:]})"
+        who = f"playbook {decision.playbook}" if decision.playbook else "no rule matched"
+        if planner.startswith("llm"):
+            who = f"the LLM ({planner[4:]})" if planner.startswith("llm:") else "the LLM"
     parts: list[RenderableType] = [
         Text.assemble((f"[{decision.category}] ", "bold magenta"), (summary, "bold")),
         Text(f"by {who} · confidence {decision.confidence:.2f}", style="dim"),

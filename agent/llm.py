@@ -112,6 +112,10 @@ class LLMConfig(BaseModel):
         name, name_from = _first(
             (model, "--llm-model"), (env.get("SPECDOCTOR_LLM_MODEL"), "SPECDOCTOR_LLM_MODEL")
         )
+        own_url = url_from in ("--llm-base-url", "SPECDOCTOR_LLM_BASE_URL") and url is not None
+        if own_url and key_from == "OPENAI_API_KEY" and url.rstrip("/") != OPENAI_API_URL:
+            # An OpenAI key is for OpenAI (or the OPENAI_BASE_URL it was set with), never for another server.
+            key, key_from = None, None
         if url is None and key is None:
             return LLMSetup(config=None, note=NOT_CONFIGURED)
         if url is None:

@@ -505,7 +505,7 @@ class _Session:
         self.planner = planner
         self.ctx = ctx
         self.config = planner.config
-        self.toolbox = Toolbox(ctx, max_calls=self.config.max_tool_calls)
+        self.toolbox = Toolbox(ctx, max_calls=self.config.max_tool_calls, host=planner.host)
         self.messages = build_messages(
             ctx, planner.mode, max_tool_calls=self.config.max_tool_calls, host=planner.host
         )

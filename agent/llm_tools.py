@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.redact import MASK, SECRET_FLAGS, redact_env, redact_text
+from agent.redact import MASK, is_secret_flag, redact_env, redact_text
 from agent.spec import LaunchSpec, Option, Positional, diff
 from playbooks.base import Context
 from tools.flag_synonyms import Synonym
@@ -187,13 +187,6 @@ def redacted_spec(spec: LaunchSpec) -> LaunchSpec:
     return spec.model_copy(update={"env": env, "args": tuple(args)})
 
 
-def is_secret_flag(name: str) -> bool:
-    """A flag whose value is a secret: a known one, or one redaction masks a value after
-    (`--ssl-keyfile-password X`), so the rule stays redaction's own."""
-    probe = f"{name} probe-value"
-    return name in SECRET_FLAGS or redact_text(probe) != probe
-
-
 def redacted_command(spec: LaunchSpec) -> str:
     """The command as a shell line with every secret masked; `***` stays unquoted so it reads as a mask."""
     masked = redacted_spec(spec)
@@ -262,8 +255,11 @@ class Toolbox:
         max_calls: int = 8,
         max_chars: int = MAX_RESULT_CHARS,
         inspect_gpus: Callable[[], GpuReport] | None = None,
+        host: bool = True,
     ) -> None:
         self.ctx = ctx
+        self.host = host
+        """False when the failure happened elsewhere (a pasted log): this machine is then not probed."""
         self.max_calls = max_calls
         self.max_chars = max_chars
         self.calls = 0
@@ -419,6 +415,10 @@ class Toolbox:
     # -- host --------------------------------------------------------------------------------------
     def _nvidia_smi(self, args: NoArgs) -> ToolResult:
         report = self.ctx.gpus
+        if report is None and not self.host:
+            return ToolResult(
+                status="no_data", text="no GPU facts were given for the machine the log comes from"
+            )
         if report is None:
             if self._inspect_gpus is None:
                 from tools.gpu import inspect
@@ -431,11 +431,23 @@ class Toolbox:
         return ToolResult(status="ok", text=gpu_text(report))
 
     def _inspect_model(self, args: InspectModelArgs) -> ToolResult:
+        if not self.host:
+            known = [f for f in (self.ctx.model, self.ctx.draft) if f is not None and f.path == args.path]
+            if not known:
+                return ToolResult(
+                    status="no_data",
+                    text=f"{args.path}: not readable from here (the log comes from another machine)",
+                )
+            return ToolResult(status="ok", text=model_text(known[0]))
         facts = model_facts(args.path)
         status: ToolStatus = "ok" if facts.has_config else "no_data" if not facts.exists else "error"
         return ToolResult(status=status, text=model_text(facts))
 
     def _check_port(self, args: CheckPortArgs) -> ToolResult:
+        if not self.host:
+            return ToolResult(
+                status="no_data", text="ports can only be checked on the machine that runs the server"
+            )
         free = port_is_free(args.port)
         text = f"port {args.port} is free" if free else f"port {args.port} is in use: something listens on it"
         return ToolResult(status="ok", text=text)

@@ -35,6 +35,7 @@ from agent.planner import Planner
 from agent.preflight import preflight
 from agent.spec import LaunchSpec
 from agent.watch import WatchSettings, watch
+from playbooks.host_checks import launch_gpus
 from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
 from tools.gpu import GpuReport
@@ -144,6 +145,9 @@ class Loop:
         self.gpus: GpuReport | None = None
         self.llm = llm
         self._last_ctx = None
+        self._launch_base = 0
+        self._healthy_for = 0.0
+        self.tokens_used = 0
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> LoopResult:
@@ -186,6 +190,22 @@ class Loop:
                 if healthy is not None:
                     return healthy
                 outcome = attempt.outcome or outcome  # a supervised crash after ready
+                # Budgets are for reaching healthy: a crash after a healthy stretch starts them afresh, and
+                # a long healthy stretch forgives earlier restarts.
+                self._started, self._launch_base = time.monotonic(), len(self.attempts) - 1
+                if self._healthy_for >= self.settings.backoff.max_s:
+                    restarts = 0
+            elif (
+                outcome.kind != "degraded"
+                and time.monotonic() - self._started >= self.settings.budget.wall_time_s
+            ):
+                self._stop_engine(hung=outcome.kind == "hung")
+                return self._result(
+                    "budget",
+                    f"the wall-time budget ({self.settings.budget.wall_time_s:.0f} s) ran out before the server was "
+                    f"healthy (last: {outcome.detail})",
+                    spec,
+                )
             # Decide first (the log is complete once the engine ended or hung), then clean up.
             decision = self._decide(spec, outcome, attempt)
             self._stop_engine(hung=outcome.kind == "hung")
@@ -321,8 +341,10 @@ class Loop:
                 self._stop_engine()
             return result
         code = None
+        healthy_at = time.monotonic()
         while code is None:
             code = self.engine.wait(1.0)
+        self._healthy_for = time.monotonic() - healthy_at
         assert attempt.outcome is not None
         crashed = attempt.outcome.model_copy(
             update={
@@ -381,10 +403,10 @@ class Loop:
                 continue
             other, note = self._second_opinion()
             if isinstance(other, Fix):
-                self._emit_decision(attempt, other)
+                self._emit_decision(attempt, other, "llm")
                 decision, new, note = other, spec.apply_all(other.edits, self.catalog.canonical), ""
             elif other is not None:
-                self._emit_decision(attempt, other)
+                self._emit_decision(attempt, other, "llm")
                 note = f"the LLM says: {other.summary}"
         self.bus.emit(
             ApprovalEvent(
@@ -418,7 +440,17 @@ class Loop:
     def _free_gpus(self) -> bool:
         """With the user's leave, stop the processes we did not start that hold GPU memory; True if any went."""
         report = self.launcher.gpus()
-        foreign = [p for p in report.processes if (p.used_memory_mib or 0) > 0] if report.ok else []
+        used = launch_gpus(SpecView(self.tried[-1], self.catalog), report) if self.tried else None
+        foreign = (
+            [
+                p
+                for p in report.processes
+                if (p.used_memory_mib or 0) > 0
+                and (used is None or p.gpu_index is None or p.gpu_index in used)
+            ]
+            if report.ok
+            else []
+        )
         if not foreign:
             return False
         names = ", ".join(
@@ -470,12 +502,15 @@ class Loop:
             return None, f"the LLM gave no answer: {getattr(self.llm, 'note', '')}"
         return decision, ""
 
-    def _emit_decision(self, attempt: int, decision: Decision) -> None:
-        usage = getattr(self.planner, "last_usage", None)
+    def _emit_decision(self, attempt: int, decision: Decision, planner: str | None = None) -> None:
+        planner = planner or getattr(self.planner, "last_planner", None) or "playbooks"
+        usage = getattr(self.llm, "last_usage", None) if planner == "llm" else None
+        if usage is not None:
+            self.tokens_used += getattr(usage, "total_tokens", 0)
         self.bus.emit(
             DecisionEvent(
                 attempt=attempt,
-                planner=(decision.playbook and "playbooks") or "llm",
+                planner=planner,
                 decision=decision,
                 prompt_tokens=getattr(usage, "prompt_tokens", None),
                 completion_tokens=getattr(usage, "completion_tokens", None),
@@ -486,32 +521,27 @@ class Loop:
     def _over_budget(self) -> LoopResult | None:
         b = self.settings.budget
         used = time.monotonic() - self._started
+        launches = len(self.attempts) - self._launch_base
+        tokens_left = getattr(getattr(self.llm, "config", None), "token_budget", None)
         self.bus.emit(
             BudgetEvent(
-                launches_used=len(self.attempts),
-                launches_left=b.max_launches - len(self.attempts),
+                launches_used=launches,
+                launches_left=b.max_launches - launches,
                 wall_s_used=round(used, 2),
                 wall_s_left=round(b.wall_time_s - used, 2),
+                tokens_used=self.tokens_used,
+                tokens_left=None if tokens_left is None else max(tokens_left - self.tokens_used, 0),
             )
         )
-        if len(self.attempts) >= b.max_launches:
+        last = self.tried[-1] if self.tried else None
+        if launches >= b.max_launches:
             return self._result(
-                "budget",
-                f"{b.max_launches} launches used and the server is still not healthy",
-                self.tried[-1] if self.tried else None,
+                "budget", f"{b.max_launches} launches used and the server is still not healthy", last
             )
         if used >= b.wall_time_s:
-            return self._result(
-                "budget",
-                f"the wall-time budget ({b.wall_time_s:.0f} s) ran out",
-                self.tried[-1] if self.tried else None,
-            )
+            return self._result("budget", f"the wall-time budget ({b.wall_time_s:.0f} s) ran out", last)
         if b.gpu_minutes is not None and self.gpu_seconds / 60 >= b.gpu_minutes:
-            return self._result(
-                "budget",
-                f"the GPU-minutes budget ({b.gpu_minutes}) ran out",
-                self.tried[-1] if self.tried else None,
-            )
+            return self._result("budget", f"the GPU-minutes budget ({b.gpu_minutes}) ran out", last)
         return None
 
     def _stop_engine(self, hung: bool = False) -> None:

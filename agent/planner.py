@@ -51,12 +51,16 @@ class ChainPlanner:
     def __init__(self, planners: Sequence[Planner], notes: Sequence[str] = ()) -> None:
         self.planners = tuple(planners)
         self.notes = tuple(notes)
+        self.last_planner = ""
+        """`playbooks`, `llm` or `none`: which planner made the last decision."""
 
     def decide(self, ctx: Context) -> Decision:
         for planner in self.planners:
             decision = planner.decide(ctx)
             if decision is not None:
+                self.last_planner = planner.name
                 return decision
+        self.last_planner = "none"
         return no_rule_matched(ctx, self.notes)
 
 

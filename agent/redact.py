@@ -12,10 +12,21 @@ from typing import Any
 
 MASK = "***"
 
-# Flags whose value is a secret, whatever it looks like.
-SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--llm-api-key", "--openai-api-key")
-# Environment variables whose value is a secret.
-_SECRET_ENV = re.compile(r"(?i)(^|_)(TOKEN|API_?KEY|SECRET|SECRET_KEY|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$")
+# Flags whose value is a secret, whatever it looks like (also any flag named like one, and abbreviations).
+SECRET_FLAGS = (
+    "--api-key",
+    "--admin-api-key",
+    "--hf-token",
+    "--token",
+    "--llm-api-key",
+    "--openai-api-key",
+    "--ssl-keyfile-password",
+)
+_SECRET_FLAG = re.compile(
+    r"(?i)^--(?:[a-z0-9]+-)*(?:api-key|apikey|token|secret|password|passwd|credentials?)$"
+)
+# Environment variables whose value is a secret: a name with one of these words in it, or ending in KEY.
+_SECRET_ENV_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "AUTH", "APIKEY"}
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bhf_[A-Za-z0-9]{8,}"), MASK),  # Hugging Face tokens
@@ -35,7 +46,12 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_?KEY|SECRET|PASSWORD)\s*[=:]\s*)(['\"]?)[^\s'\"]+\2"),
         r"\1\2" + MASK + r"\2",
     ),
-    (re.compile(r"(?i)(['\"](?:api_key|token|password|secret)['\"]\s*:\s*['\"])[^'\"]+"), r"\1" + MASK),
+    # Python/JSON dict entries such as SGLang's `server_args={... 'admin_api_key': 'x', 'hf_token': 'x'}`:
+    # keys that END in a secret word (so `max_new_tokens` and `tokenizer_path` are left alone).
+    (
+        re.compile(r"(?i)(['\"]\w*(?:api_key|apikey|token|password|passwd|secret)['\"]\s*:\s*['\"])[^'\"]+"),
+        r"\1" + MASK,
+    ),
 )
 
 
@@ -46,7 +62,16 @@ def redact_text(text: str) -> str:
 
 
 def is_secret_env(name: str) -> bool:
-    return bool(_SECRET_ENV.search(name))
+    words = name.upper().split("_")
+    return bool(_SECRET_ENV_WORDS & set(words)) or words[-1] == "KEY" or "API_KEY" in name.upper()
+
+
+def is_secret_flag(name: str) -> bool:
+    """A flag that carries a secret: a known one, one named like one, or an abbreviation of a known one."""
+    name = name.split("=", 1)[0]
+    if name in SECRET_FLAGS or _SECRET_FLAG.match(name):
+        return True
+    return len(name) >= 5 and any(f.startswith(name) for f in SECRET_FLAGS)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -59,7 +84,7 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         name, eq, _ = token.partition("=")
-        if name in SECRET_FLAGS:
+        if name.startswith("--") and is_secret_flag(name):
             if eq:
                 out.append(f"{name}={MASK}")
             else:

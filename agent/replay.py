@@ -92,7 +92,7 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
                 )
             )
             continue
-        if recorded.planner.startswith("llm"):
+        if recorded.planner == "llm":
             steps.append(
                 Step(
                     attempt=group.number,

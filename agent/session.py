@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.approve import Approver
+from agent.errors import UsageError
 from agent.events import EventBus, Sink
 from agent.launcher import Launcher, RealLauncher, SimulatedLauncher
 from agent.loop import Backoff, Budget, Loop, LoopResult, LoopSettings
@@ -72,13 +73,23 @@ def make_run_dir(explicit: str | None) -> Path:
         while path.exists():
             suffix += 1
             path = path.with_name(f"{path.name.split('.')[0]}.{suffix}")
-    path.mkdir(parents=True, exist_ok=True)
+    if (path / "transcript.jsonl").exists():
+        raise UsageError(f"--run-dir {path} already holds a run's transcript: give a new folder (or none)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use --run-dir {path}: {exc.strerror}") from None
     return path
 
 
 def launcher_for(args: argparse.Namespace) -> Launcher:
     if getattr(args, "simulate", None):
-        return SimulatedLauncher(args.simulate, speed=args.sim_speed)
+        from tools.simnode.profile import ProfileError
+
+        try:
+            return SimulatedLauncher(args.simulate, speed=args.sim_speed)
+        except ProfileError as exc:
+            raise UsageError(f"--simulate {args.simulate}: {str(exc).split(': ', 1)[-1]}") from None
     return RealLauncher()
 
 

@@ -252,18 +252,20 @@ class SetFlag(_EditBase):
 
     def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
         want = canon(self.flag)
+        # Written under its full name: an edit never brings back an abbreviation or an `_` spelling.
+        name = want if want.startswith("--") else self.flag
         args: list[Option | Positional] = []
         placed = False
         for a in spec.args:
             if isinstance(a, Option) and canon(a.name) == want:
                 if not placed:
                     inline = a.inline and len(self.values) == 1
-                    args.append(Option(name=self.flag, values=self.values, inline=inline))
+                    args.append(Option(name=name, values=self.values, inline=inline))
                     placed = True
                 continue
             args.append(a)
         if not placed:
-            args.append(Option(name=self.flag, values=self.values))
+            args.append(Option(name=name, values=self.values))
         return spec.model_copy(update={"args": tuple(args)})
 
     def describe(self) -> str:

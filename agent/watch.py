@@ -185,5 +185,8 @@ def _judge(
     if not samples and tracker.accept_length is not None:
         samples = [tracker.accept_length]
     verdict = judge_speculation(samples, speculative, expected_min=settings.health.min_accept_length)
+    if verdict.status == "unknown":
+        detail = f"ready and generating, but no accept length was reported for {speculative}: check that speculative decoding is on"
+        return _outcome(tracker, "healthy", detail, elapsed, engine)
     kind = "degraded" if verdict.status == "degraded" else "healthy"
     return _outcome(tracker, kind, verdict.message, elapsed, engine, accept_length=verdict.accept_length)

@@ -44,9 +44,16 @@ def _max_bs_flag(ctx: Context) -> str:
 def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Classify the real cause behind "Capture cuda graph failed" instead of following the generic advice."""
     text = ctx.search_text
-    if not re.search(
-        r"Capture (?:cuda|CUDA) graph failed|cuda_graph_runner|capture\(\)|Capturing batches", text
-    ):
+    # Every healthy startup logs "Capture cuda graph begin": only a failed capture, or a traceback that
+    # runs through the capture code, is this playbook's, and never a crash after the server was ready.
+    failed = re.search(r"Capture (?:cuda|CUDA) graph failed", text)
+    in_capture = re.search(r"cuda_graph_runner|graph_runner\.py|capture\(\)|in capture\w*", ctx.root_text)
+    lines = [ln for ln in ctx.log_text.splitlines() if ln.strip()]
+    died_capturing = ctx.outcome.stage == "cuda_graph" or bool(
+        lines and re.search(r"Capturing batches|Capture .*graph begin", lines[-1])
+    )
+    in_capture = in_capture or (died_capturing and ctx.outcome.kind == "exited")
+    if ctx.outcome.ready_seen or not (failed or in_capture):
         return None
     if _ALLREDUCE.search(text):
         return fix(

@@ -89,16 +89,29 @@ def _context_length(view: SpecView, model: ModelFacts) -> list[Finding]:
     ]
 
 
+def _mask(view: SpecView, gpus: GpuReport) -> list[str] | None:
+    mask = view.env("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        mask = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus.source != "described" else None
+    return None if mask is None else [d.strip() for d in mask.split(",") if d.strip()]
+
+
 def visible_gpus(view: SpecView, gpus: GpuReport | None) -> int | None:
     """How many GPUs the launch will see: the node's, narrowed by CUDA_VISIBLE_DEVICES."""
     if gpus is None or not gpus.ok:
         return None
-    mask = view.env("CUDA_VISIBLE_DEVICES")
+    mask = _mask(view, gpus)
+    return gpus.count if mask is None else len(mask)
+
+
+def launch_gpus(view: SpecView, gpus: GpuReport | None) -> set[int] | None:
+    """Indices (nvidia-smi numbering) of the GPUs the launch uses; None when unknown (UUIDs in the mask)."""
+    if gpus is None or not gpus.ok:
+        return None
+    mask = _mask(view, gpus)
     if mask is None:
-        mask = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus.source != "described" else None
-    if mask is None:
-        return gpus.count
-    return len([d for d in mask.split(",") if d.strip()])
+        return {g.index for g in gpus.gpus}
+    return {int(d) for d in mask} if all(d.isdigit() for d in mask) else None
 
 
 def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | None) -> list[Finding]:

@@ -9,7 +9,7 @@ import re
 from agent.decision import Decision
 from agent.spec import SetEnv, SetFlag
 from playbooks.base import Context, fix, playbook, stop
-from playbooks.host_checks import visible_gpus
+from playbooks.host_checks import launch_gpus, visible_gpus
 
 MAX_FRACTION = 0.95
 """Above this nothing is left for activations and CUDA graphs."""
@@ -32,11 +32,14 @@ def _busy_gpus(ctx: Context) -> list[int]:
     """GPUs where a process we did not start holds memory (from nvidia-smi)."""
     if ctx.gpus is None or not ctx.gpus.ok:
         return []
+    used = launch_gpus(ctx.view, ctx.gpus)
     return sorted(
         {
             p.gpu_index
             for p in ctx.gpus.processes
-            if p.gpu_index is not None and (p.used_memory_mib or 0) > 1024
+            if p.gpu_index is not None
+            and (p.used_memory_mib or 0) > 1024
+            and (used is None or p.gpu_index in used)
         }
     )
 
@@ -79,19 +82,25 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """CUDA OOM outside graph capture: while loading (weights too big for the GPUs) or right after."""
     text = ctx.search_text
-    if re.search(r"Capture cuda graph failed|Capture CUDA graph failed|Capturing batches", text):
+    if re.search(r"Capture (?:cuda|CUDA) graph failed", text) or ctx.outcome.stage == "cuda_graph":
         return None  # cuda_graph playbooks own this
     usage = _PROCESS_USE.search(text)
     view = ctx.view
     visible = visible_gpus(view, ctx.gpus)
-    loading = ctx.outcome.stage in ("weights", "init", "args") or re.search(
-        r"load_weights|Load weight begin|weight_loader|safetensors", text
+    # Loading: the stage says so, the weights began but never finished, or the traceback is in the loader.
+    loading = (
+        ctx.outcome.stage in ("weights", "init", "args")
+        or ("Load weight begin" in text and "Load weight end" not in text)
+        or re.search(r"load_weights|weight_loader|safetensors|load_model", ctx.root_text)
     )
+    pool_placed = ctx.outcome.ready_seen or re.search(r"KV Cache is allocated|Memory pool end", text)
     own_share = None
-    if usage:
+    if usage and not pool_placed:
         total, used = float(usage.group(1)), float(usage.group(2))
         own_share = used / total if total else None
-    if loading or (own_share is not None and own_share > (_fraction(ctx) or AUTO_FRACTION)):
+    if (loading and not pool_placed) or (
+        own_share is not None and own_share > (_fraction(ctx) or AUTO_FRACTION)
+    ):
         tp = view.tp
         heads = ctx.model.num_attention_heads if ctx.model else None
         bigger = next(

@@ -112,12 +112,20 @@ def _unknown_algorithm(
     view: SpecView, algorithm: str, known: tuple[str, ...], draft: ModelFacts | None
 ) -> Finding:
     kind = draft.draft_kind if draft else None
-    ranked = sorted(((score(algorithm, k), k) for k in known), reverse=True)
+    # EAGLE3 is not a typo of EAGLE: names that differ only in a version number are different algorithms.
+    ranked = sorted(
+        ((score(algorithm, k), k) for k in known if re.sub(r"\d", "", k) != re.sub(r"\d", "", algorithm)),
+        reverse=True,
+    )
     target = (
         kind
         if kind in known
         else (
-            ranked[0][1] if ranked and ranked[0][0] >= 0.85 and ranked[0][0] - ranked[1][0] >= 0.1 else None
+            ranked[0][1]
+            if ranked
+            and ranked[0][0] >= 0.85
+            and ranked[0][0] - (ranked[1][0] if len(ranked) > 1 else 0) >= 0.1
+            else None
         )
     )
     return _f(
@@ -220,13 +228,27 @@ def _partial(steps: int | None, topk: int | None, tokens: int | None) -> list[Fi
         k = (
             1
             if tokens == steps + 1
-            else next(x for x in range(2, 17) if x + (steps - 1) * x * x >= tokens - 1)
+            else next((x for x in range(2, 17) if x + (steps - 1) * x * x >= tokens - 1), None)
         )
+        message = (
+            "--speculative-num-steps and --speculative-num-draft-tokens without --speculative-eagle-topk leave topk "
+            "unset, which SGLang compares with 1"
+        )
+        if (
+            k is None
+        ):  # no tree of that depth holds that many drafts: which number was meant is not ours to guess
+            return [
+                _f(
+                    "spec-topk-missing",
+                    "error",
+                    f"{message}; and {steps} step(s) cannot propose {tokens} draft tokens",
+                )
+            ]
         return [
             _f(
                 "spec-topk-missing",
                 "error",
-                "--speculative-num-steps and --speculative-num-draft-tokens without --speculative-eagle-topk leave topk unset, which SGLang compares with 1",
+                message,
                 (SetFlag(flag="--speculative-eagle-topk", values=(str(k),)),),
                 f"topk {k} fits {steps} steps and {tokens} draft tokens",
             )
@@ -239,7 +261,8 @@ def _draft_model(
 ) -> list[Finding]:
     path = view.get("--speculative-draft-model-path")
     if path is None:
-        if algorithm == "NEXTN" or (model and model.architecture in BUILTIN_MTP):
+        # Only a known target can be judged: MTP models (DeepSeek-V3, GLM-4.5, ...) bring their own draft.
+        if algorithm == "NEXTN" or model is None or not model.has_config or model.architecture in BUILTIN_MTP:
             return []
         return [
             _f(

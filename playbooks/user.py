@@ -120,7 +120,14 @@ def load_file(path: Path) -> list[Playbook]:
         raise PlaybookFileError(
             f"{path}:{root.start_mark.line + 1}: expected a list of playbooks (or `playbooks:` with a list)"
         )
-    data = yaml.safe_load(text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # a tag or construct safe_load refuses (`!!python/object`, ...)
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise PlaybookFileError(
+            f"{path}{where}: not plain YAML data ({getattr(exc, 'problem', exc)})"
+        ) from None
     rules = data if isinstance(data, list) else data["playbooks"]
     out: list[Playbook] = []
     for node, raw in zip(items, rules, strict=True):

@@ -214,3 +214,17 @@ def test_messages_are_redacted_before_they_are_sent() -> None:
         client.chat(secret)
     assert "hf_abcdefghijklmnop" not in stub.bodies[0] and "sk-test-0123456789" not in stub.bodies[0]
     assert "--api-key ***" in stub.requests[0]["messages"][0]["content"]
+
+
+def test_an_openai_key_is_never_sent_to_another_endpoint():
+    from agent.llm import LLMConfig
+
+    env = {
+        "SPECDOCTOR_LLM_BASE_URL": "http://10.0.0.5:8000/v1",
+        "SPECDOCTOR_LLM_MODEL": "m",
+        "OPENAI_API_KEY": "sk-real-openai-key",
+    }
+    config = LLMConfig.setup(env=env).config
+    assert config is not None and config.api_key is None
+    own = LLMConfig.setup(env={**env, "SPECDOCTOR_LLM_API_KEY": "local-key"}).config
+    assert own is not None and own.api_key.get_secret_value() == "local-key"

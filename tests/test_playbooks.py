@@ -602,3 +602,37 @@ def test_backend_only_on_other_gpus_moves_to_another_backend():
         .value("--attention-backend")
         == "triton"
     )
+
+
+def _healthy_startup() -> list[str]:
+    return real_log("sglang-outputs/serve-module.log")
+
+
+def test_a_crash_after_ready_is_not_blamed_on_cuda_graph_capture():
+    lines = [
+        *_healthy_startup(),
+        "[2026-12-03 08:30:00] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1, in event_loop',
+        "KeyError: 'rid'",
+    ]
+    ctx = context_for(
+        LaunchSpec.parse(f"{PY} --model-path M"), CAT, lines, outcome=outcome_from_log(lines, "runtime-crash")
+    )
+    decision = decide(ctx)
+    assert decision.playbook != "sglang.cuda-graph.capture" and decision.category == "engine-bug"
+
+
+def test_an_oom_after_the_kv_pool_is_placed_lowers_the_fraction_instead_of_giving_up():
+    oom = next(ln for ln in real_log("signature-logs/row-34.txt") if ln.strip())
+    lines = [*_healthy_startup(), oom]
+    ctx = context_for(
+        LaunchSpec.parse(f"{PY} --model-path M --mem-fraction-static 0.9"),
+        CAT,
+        lines,
+        outcome=outcome_from_log(lines, "runtime-crash"),
+    )
+    decision = decide(ctx)
+    assert isinstance(decision, Fix) and decision.playbook == "sglang.memory.weights-do-not-fit"
+    assert any(
+        getattr(e, "flag", "") == "--mem-fraction-static" and float(e.values[0]) < 0.9 for e in decision.edits
+    )

@@ -254,3 +254,15 @@ def test_validate_edits_refuses_unknown_flags_and_bad_paths(models):
     ]
     assert validate_edits(spec, [SetFlag(flag="--mem-fraction-static", values=("0.8",))], CAT) == []
     assert validate_edits(spec, [], CAT) == ["the edits do not change the command"]
+
+
+def test_value_fixes_keep_the_full_name_an_abbreviation_was_renamed_to(models):
+    report = run(f"{ENTRY} --model-path {models['target']} --mem-frac 85 --tp 2 3", host=False)
+    assert report.corrected.argv()[3:] == [
+        "--model-path",
+        models["target"],
+        "--mem-fraction-static",
+        "0.85",
+        "--tp-size",
+        "2",
+    ]

@@ -13,6 +13,8 @@ import socket
 import sys
 from pathlib import Path
 
+from agent.commands.options import positive
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--sim-speed",
-        type=float,
+        type=positive(float),
         default=0.3,
         metavar="X",
         help="time scale of the simulated node (default 0.3)",

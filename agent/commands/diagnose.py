@@ -72,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
             spec, choice.catalog, Path(args.log), gpus=gpu_facts(args, live=False), exit_kind=args.exit_kind
         )
     llm, notes = llm_planner(args, host=False)
-    decision = decide(ctx, default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None))
+    planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
+    decision = decide(ctx, planner)
     contract = as_contract(decision, ctx)
     if args.json:
         print(json.dumps(contract, indent=2))
     else:
-        show(contract, ctx, choice.note)
+        show(contract, ctx, choice.note, planner.last_planner)
     return 0
 
 
@@ -87,7 +88,7 @@ def _outcome(log: str, exit_kind: str | None):
     return outcome_from_log(log.splitlines(), exit_kind)
 
 
-def show(contract: dict, ctx, note: str) -> None:
+def show(contract: dict, ctx, note: str, planner: str) -> None:
     from agent.render import Out, diff_lines
     from agent.spec import LaunchSpec, diff
 
@@ -108,4 +109,9 @@ def show(contract: dict, ctx, note: str) -> None:
         diff_lines(out, diff(ctx.spec, new, ctx.catalog.canonical))
         out.line("corrected command:", "bold")
         out.line("  " + contract["command"], "bold green")
-    out.line(f"(playbook {contract['playbook'] or 'LLM'}, confidence {contract['confidence']:.2f})", "dim")
+    who = (
+        f"playbook {contract['playbook']}"
+        if contract["playbook"]
+        else ("the LLM" if planner == "llm" else "no rule matched")
+    )
+    out.line(f"({who}, confidence {contract['confidence']:.2f})", "dim")

@@ -57,24 +57,59 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def positive(kind: type) -> object:
+    """An argparse type: a number above zero, with a one-line error otherwise."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("budget and policy")
     g.add_argument(
-        "--max-launches", type=int, default=6, metavar="N", help="most launches before giving up (default 6)"
+        "--max-launches",
+        type=positive(int),
+        default=6,
+        metavar="N",
+        help="most launches before giving up (default 6)",
     )
     g.add_argument(
         "--timeout",
-        type=float,
+        type=positive(float),
         default=3600.0,
         metavar="S",
         help="wall-time budget in seconds (default 3600)",
     )
     g.add_argument(
-        "--gpu-minutes", type=float, default=None, metavar="M", help="GPU-minutes budget (default: none)"
+        "--gpu-minutes",
+        type=positive(float),
+        default=None,
+        metavar="M",
+        help="GPU-minutes budget (default: none)",
     )
     g.add_argument(
         "--min-confidence",
-        type=float,
+        type=fraction,
         default=0.5,
         metavar="C",
         help="apply fixes at least this confident (default 0.5)",
@@ -98,7 +133,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--sim-speed",
-        type=float,
+        type=positive(float),
         default=1.0,
         metavar="X",
         help="time scale of the simulated node (default 1.0)",
