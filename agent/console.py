@@ -17,16 +17,8 @@ from agent.events import (
     StageEvent,
     StopEvent,
 )
-from agent.render import Out, diff_lines, finding_lines
+from agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
 from agent.spec import LaunchSpec, diff
-
-_OUTCOME_STYLE = {
-    "healthy": "bold green",
-    "degraded": "bold yellow",
-    "exited": "bold red",
-    "hung": "bold red",
-    "unhealthy": "bold red",
-}
 
 
 class ConsoleSink:
@@ -35,6 +27,7 @@ class ConsoleSink:
         self.canon = canon or (lambda name: name)
         self.stages = stages
         self.max_launches: int | None = None
+        self.last_outcome = ""
 
     def handle(self, event: Event) -> None:
         handler = getattr(self, f"_{event.type}", None)
@@ -76,7 +69,8 @@ class ConsoleSink:
 
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
-        self.out.line(f"{self._t(e)} {o.kind.upper()}: {o.detail}", _OUTCOME_STYLE.get(o.kind))
+        self.last_outcome = o.detail
+        self.out.line(f"{self._t(e)} {o.kind.upper()}: {o.detail}", OUTCOME_STYLE.get(o.kind))
 
     def _decision(self, e: DecisionEvent) -> None:
         d = e.decision
@@ -95,6 +89,8 @@ class ConsoleSink:
         why = getattr(d, "why", "")
         if why:
             self.out.line(f"          why: {why}", "dim")
+        for error in e.rule_errors:
+            self.out.line(f"          warning: {error} (skipped; please report it)", "yellow")
 
     def _edit(self, e: EditEvent) -> None:
         old, new = LaunchSpec.parse(e.old_command), LaunchSpec.parse(e.new_command)
@@ -106,7 +102,10 @@ class ConsoleSink:
 
     def _stop(self, e: StopEvent) -> None:
         style = "bold green" if e.result == "healthy" else "bold yellow"
-        self.out.line(f"{self._t(e)} {e.result.upper()}: {e.message}", style)
+        message = e.message
+        if self.last_outcome and message.endswith(f": {self.last_outcome}"):
+            message = message[: -len(self.last_outcome) - 2]  # the outcome line just said it
+        self.out.line(f"{self._t(e)} {e.result.upper()}: {message}", style)
         if e.final_command:
             self.out.line("working command:", "bold")
             self.out.line(f"  {e.final_command}", "bold green")

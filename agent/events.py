@@ -182,6 +182,9 @@ class DecisionEvent(_Event):
     decision: Decision
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    rule_errors: tuple[str, ...] = Field(
+        default=(), description="Playbooks that raised while deciding: a bug to report, skipped, not fatal."
+    )
 
     @property
     def tokens(self) -> int:

@@ -58,6 +58,8 @@ class SimulatedLauncher:
         self.profile_name = profile
         self.profile = load_profile(profile)
         self.speed = speed
+        self._edited: Path | None = None
+        """The temporary profile `free_gpus` wrote; removed when replaced and at exit."""
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         args = spec.argv()[len(spec.entrypoint) :]
@@ -83,6 +85,7 @@ class SimulatedLauncher:
 
     def free_gpus(self, processes: list[GpuProcess]) -> str:
         """On the simulated node the stray processes are part of the profile: a copy without them is used."""
+        import atexit
         import json
         import tempfile
 
@@ -92,6 +95,11 @@ class SimulatedLauncher:
         data["processes"] = [p.model_dump(mode="json") for p in kept]
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="simnode-", delete=False) as f:
             json.dump(data, f)
+        if self._edited is None:
+            atexit.register(lambda: self._edited and self._edited.unlink(missing_ok=True))
+        else:
+            self._edited.unlink(missing_ok=True)  # no engine reads it: the last one has exited
+        self._edited = Path(f.name)
         self.profile_name = f.name
         self.profile = self.profile.model_copy(update={"processes": tuple(kept)})
         return f"stopped {len(pids)} process(es) on the simulated node: " + ", ".join(

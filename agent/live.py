@@ -32,16 +32,9 @@ from agent.events import (
     StopEvent,
     ToolCallEvent,
 )
+from agent.render import DIFF_STYLE, OUTCOME_STYLE
 from agent.spec import Canon, DiffLine, LaunchSpec, diff
 
-DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
-_OUTCOME_STYLE = {
-    "healthy": "bold green",
-    "degraded": "bold yellow",
-    "exited": "bold red",
-    "hung": "bold red",
-    "unhealthy": "bold red",
-}
 _SEVERITY = {"error": ("✗", "red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 _EVIDENCE_LINES = 5
 _EVIDENCE_WIDTH = 200
@@ -262,7 +255,7 @@ class LiveView:
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
         line = Text(f"launch {e.attempt}: {o.kind.upper()} after {duration(o.elapsed_s)}: ")
-        line.stylize(_OUTCOME_STYLE.get(o.kind, "bold"))
+        line.stylize(OUTCOME_STYLE.get(o.kind, "bold"))
         line.append(o.detail)
         self._print(line)
         if o.kind == "healthy" and self.supervise:
@@ -289,6 +282,8 @@ class LiveView:
             change = diff(self.command, self.proposed, self.canon)
         findings = self.findings if d.playbook == "preflight" else ()
         self._print(decision_panel(d, attempt=e.attempt, planner=e.planner, change=change, findings=findings))
+        for error in e.rule_errors:
+            self._print(Text(f"warning: {error} (skipped; please report it)", style="yellow"))
 
     def _approval(self, e: ApprovalEvent) -> None:
         if e.by == "policy":

@@ -505,6 +505,7 @@ class Loop:
     def _emit_decision(self, attempt: int, decision: Decision, planner: str | None = None) -> None:
         planner = planner or getattr(self.planner, "last_planner", None) or "playbooks"
         usage = getattr(self.llm, "last_usage", None) if planner == "llm" else None
+        take_errors = getattr(self.planner, "take_errors", None)
         if usage is not None:
             self.tokens_used += getattr(usage, "total_tokens", 0)
         self.bus.emit(
@@ -514,6 +515,7 @@ class Loop:
                 decision=decision,
                 prompt_tokens=getattr(usage, "prompt_tokens", None),
                 completion_tokens=getattr(usage, "completion_tokens", None),
+                rule_errors=take_errors() if take_errors else (),
             )
         )
 
@@ -592,7 +594,11 @@ class Loop:
 
 
 def base_url(view: SpecView) -> str:
-    host = view.get("--host") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", ""):
+    host = (view.get("--host") or "127.0.0.1").strip("[]")
+    if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
     return f"http://{host}:{view.int('--port') or 30000}"

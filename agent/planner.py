@@ -63,6 +63,16 @@ class ChainPlanner:
         self.last_planner = "none"
         return no_rule_matched(ctx, self.notes)
 
+    def take_errors(self) -> tuple[str, ...]:
+        """The rule failures since the last call, from every planner that records them."""
+        taken: list[str] = []
+        for planner in self.planners:
+            errors = getattr(planner, "errors", None)
+            if errors:
+                taken.extend(errors)
+                errors.clear()
+        return tuple(taken)
+
 
 def no_rule_matched(ctx: Context, notes: Sequence[str] = ()) -> Stop:
     cause = ctx.root.error_line or ctx.outcome.detail or f"the launch ended: {ctx.outcome.kind}"

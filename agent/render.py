@@ -10,7 +10,14 @@ from agent.decision import Finding
 from agent.spec import DiffLine
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
-_DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
+DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
+OUTCOME_STYLE = {
+    "healthy": "bold green",
+    "degraded": "bold yellow",
+    "exited": "bold red",
+    "hung": "bold red",
+    "unhealthy": "bold red",
+}
 
 
 class Out:
@@ -42,7 +49,7 @@ def finding_lines(out: Out, f: Finding) -> None:
     mark, style = _MARK[f.severity]
     out.line(f"{mark} {f.severity:<7} {f.message}", style)
     for e in f.evidence[:2]:
-        out.line(f"          log: {e}", "dim")
+        out.line(f"          evidence: {e}", "dim")
     if f.edits:
         out.line(f"          fix: {'; '.join(e.describe() for e in f.edits)}", "green")
     elif f.severity == "error":
@@ -53,4 +60,4 @@ def finding_lines(out: Out, f: Finding) -> None:
 
 def diff_lines(out: Out, lines: Sequence[DiffLine], indent: str = "  ") -> None:
     for d in lines:
-        out.line(indent + d.text(), _DIFF_STYLE[d.change])
+        out.line(indent + d.text(), DIFF_STYLE[d.change])

@@ -160,9 +160,6 @@ class LaunchSpec(BaseModel):
             spec = edit.apply_to(spec, canon)
         return spec
 
-    def with_entrypoint(self, entrypoint: Sequence[str]) -> LaunchSpec:
-        return self.model_copy(update={"entrypoint": tuple(entrypoint)})
-
 
 def _split(line: str) -> list[str]:
     # Users paste multi-line commands with backslash continuations, which a shell reads as one space.

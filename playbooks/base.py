@@ -149,7 +149,6 @@ def fix(
     why: str = "",
     evidence: Sequence[str] = (),
     confidence: float = 0.9,
-    playbook_id: str | None = None,
 ) -> Fix | None:
     """A Fix, unless its command was already tried (then this playbook has nothing new to offer)."""
     if not edits or ctx.already_tried(edits):
@@ -161,7 +160,6 @@ def fix(
         why=why,
         evidence=tuple(evidence) or ctx.evidence(),
         confidence=confidence,
-        playbook=playbook_id,
     )
 
 
@@ -172,7 +170,6 @@ def stop(
     advice: str,
     evidence: Sequence[str] = (),
     confidence: float = 0.85,
-    playbook_id: str | None = None,
 ) -> Stop:
     return Stop(
         category=category,
@@ -180,5 +177,4 @@ def stop(
         advice=advice,
         evidence=tuple(evidence) or ctx.evidence(),
         confidence=confidence,
-        playbook=playbook_id,
     )

@@ -10,7 +10,7 @@ from playbooks.base import Context, fix, playbook, stop
 from playbooks.host_checks import DEFAULT_PORT
 from tools.system import find_free_port
 
-_BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)|address already in use|Address already in use")
+_BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)")
 
 
 def _new_port(ctx: Context, busy: int) -> str | None:
@@ -29,21 +29,25 @@ def _new_port(ctx: Context, busy: int) -> str | None:
 def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The HTTP port is taken; SGLang then hangs forever. Move to a free port."""
     current = ctx.view.int("--port") or DEFAULT_PORT
-    new = _new_port(ctx, current)
+    bound = _BIND.search(ctx.search_text)
+    busy = int(bound.group(2)) if bound else current
+    new = _new_port(ctx, max(busy, current))
     if new is None:
         return stop(
             ctx,
             "port-in-use",
-            f"port {current} is taken and no free port was found near it",
+            f"port {busy} is taken and no free port was found near it",
             "Free a port or pass --port.",
         )
+    # Ports other than --port are derived from it, so moving --port moves them too.
+    which = "" if busy == current else f" (a port SGLang derives from --port {current})"
     return fix(
         ctx,
         [SetFlag(flag="--port", values=(new,))],
         "port-in-use",
-        f"port {current} is already in use (another server?), so SGLang cannot serve and hangs",
+        f"port {busy}{which} is already in use (another server?), so SGLang cannot serve and hangs",
         why=f"{new} is free; SGLang also takes a few ports above --port, hence the gap",
-        confidence=0.9,
+        confidence=0.9 if busy == current else 0.75,
     )
 
 
@@ -137,7 +141,7 @@ def nccl_system(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def hub_transient(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The Hugging Face Hub answered 5xx/429 or timed out: retry the same command later."""
-    if not re.search(r"huggingface|hf\.co|hub", ctx.search_text, re.I):
+    if not re.search(r"huggingface\.co|hf\.co|huggingface_hub|hf-mirror", ctx.search_text, re.I):
         return None
     return Retry(
         category="model-path",

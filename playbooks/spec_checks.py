@@ -8,7 +8,7 @@ import re
 
 from agent.decision import Finding
 from agent.spec import Edit, LaunchSpec, RemoveFlag, SetFlag
-from playbooks.translate import EAGLE_FAMILY
+from playbooks.translate import EAGLE_FAMILY, kind_from_name
 from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
 from tools.similarity import score
@@ -84,7 +84,7 @@ def _spec_flags_without_algorithm(view: SpecView, draft: ModelFacts | None) -> l
         return []
     edits: tuple[Edit, ...] = ()
     if view.has("--speculative-draft-model-path"):
-        kind = (draft.draft_kind if draft else None) or _kind_from_name(
+        kind = (draft.draft_kind if draft else None) or kind_from_name(
             view.get("--speculative-draft-model-path") or ""
         )
         if kind:
@@ -99,13 +99,6 @@ def _spec_flags_without_algorithm(view: SpecView, draft: ModelFacts | None) -> l
             category="spec-config",
         )
     ]
-
-
-def _kind_from_name(path: str) -> str | None:
-    name = path.lower()
-    if "eagle3" in name or "eagle-3" in name:
-        return "EAGLE3"
-    return "EAGLE" if "eagle" in name else None
 
 
 def _unknown_algorithm(
@@ -282,7 +275,7 @@ def _draft_model(
     kind = draft.draft_kind if draft and draft.has_config else None
     source = f"its config.json says {draft.architecture}" if kind and draft else ""
     if kind is None and (draft is None or not draft.has_config):
-        kind = _kind_from_name(path)
+        kind = kind_from_name(path)
         source = f"its name says {kind}" if kind else ""
     if algorithm == "EAGLE" and kind == "EAGLE3":
         return [

@@ -191,7 +191,7 @@ def spec_v2_tree(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     topk = view.int("--speculative-eagle-topk") or 1
     in_draft = any(
         re.search(r"speculative|eagle|draft", f.path + f.function, re.I) for f in ctx.root.frames
-    ) or re.search(r"eagle|draft|speculative", ctx.search_text, re.I)
+    ) or re.search(r"eagle|draft|speculative", ctx.root_text, re.I)
     if view.algorithm not in EAGLE_FAMILY or topk <= 1 or not in_draft:
         return None
     steps = view.int("--speculative-num-steps")
@@ -295,7 +295,8 @@ def with_disaggregation(ctx: Context, m: re.Match[str] | None) -> Decision | Non
         "(the prefill side does not hand one over for this algorithm)",
         why="without speculative decoding the disaggregated decode worker runs; use an algorithm the PD "
         "hand-over supports (EAGLE) to get drafting back",
-        confidence=0.55,
+        # Below the default auto-apply threshold: dropping speculation is a real loss the user should approve.
+        confidence=0.45,
     )
 
 

@@ -29,6 +29,20 @@ _VLLM_METHODS = {
     "dspark": "DSPARK",
 }
 
+
+def vllm_algorithm(method: object) -> str | None:
+    """SGLang's --speculative-algorithm for a vLLM speculative `method`; None when SGLang has no counterpart."""
+    return _VLLM_METHODS.get(str(method).strip().lower()) if method else None
+
+
+def kind_from_name(path: str) -> str | None:
+    """EAGLE3 / EAGLE when a draft's path says so; None when the name tells nothing."""
+    name = path.lower()
+    if "eagle3" in name or "eagle-3" in name:
+        return "EAGLE3"
+    return "EAGLE" if "eagle" in name else None
+
+
 Translation = tuple[tuple[Edit, ...], str]
 """Edits and the sentence that explains them."""
 
@@ -74,7 +88,7 @@ def _algorithm_after(spec: LaunchSpec, catalog: FlagCatalog) -> str | None:
                 _config(opt.values[0]).get("method") if opt.name == "--speculative-config" else opt.values[0]
             )
             if isinstance(method, str):
-                return _VLLM_METHODS.get(method.lower(), method.upper())
+                return vllm_algorithm(method)
     return None
 
 
@@ -86,14 +100,15 @@ def chain_edits(tokens: int, spec: LaunchSpec, catalog: FlagCatalog, algorithm: 
             f"--speculative-num-draft-tokens {tokens} is how many tokens {algorithm or 'the drafter'} proposes for verification"
         )
     topk = view.int("--speculative-eagle-topk") or 1
-    edits: list[Edit] = [SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),))]
     if topk == 1:
         steps = max(tokens - 1, 1)
+        # SGLang forces draft tokens to steps + 1 with topk 1, and steps must be at least 1.
+        asked, tokens = tokens, steps + 1
         why = (
             f"--speculative-num-draft-tokens {tokens}; with --speculative-eagle-topk 1 SGLang forces the draft-token "
             f"count to --speculative-num-steps + 1, so it needs --speculative-num-steps {steps} (giving topk or "
-            f"draft tokens without num-steps is rejected). vLLM's exact chain of {tokens} proposals would be "
-            f"--speculative-num-steps {tokens} --speculative-num-draft-tokens {tokens + 1}"
+            f"draft tokens without num-steps is rejected). vLLM's exact chain of {asked} proposals would be "
+            f"--speculative-num-steps {asked} --speculative-num-draft-tokens {asked + 1}"
         )
     else:
         steps = next(s for s in range(1, tokens + 1) if topk + (s - 1) * topk * topk >= tokens - 1)
@@ -101,6 +116,7 @@ def chain_edits(tokens: int, spec: LaunchSpec, catalog: FlagCatalog, algorithm: 
             f"--speculative-num-draft-tokens {tokens} with --speculative-eagle-topk {topk} needs --speculative-num-steps; "
             f"{steps} is the fewest steps whose tree ({topk} + (steps-1)·{topk}²) holds {tokens - 1} candidates"
         )
+    edits: list[Edit] = [SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),))]
     if view.int("--speculative-num-steps") is None:
         edits.append(SetFlag(flag="--speculative-num-steps", values=(str(steps),)))
     if not view.has("--speculative-eagle-topk"):
@@ -139,13 +155,7 @@ def _speculative_model(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> T
 
 def draft_algorithm(path: str) -> str:
     """EAGLE3 / EAGLE / STANDALONE for a draft, from its config.json, else its name."""
-    kind = model_facts(path).draft_kind
-    if kind:
-        return kind
-    name = path.lower()
-    if "eagle3" in name or "eagle-3" in name:
-        return "EAGLE3"
-    return "EAGLE" if "eagle" in name else "STANDALONE"
+    return model_facts(path).draft_kind or kind_from_name(path) or "STANDALONE"
 
 
 def _config(raw: str) -> dict:
@@ -165,11 +175,15 @@ def _speculative_config(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> 
     model = data.get("model")
     method = data.get("method")
     algorithm = (
-        _VLLM_METHODS.get(str(method).lower()) if method else (draft_algorithm(model) if model else None)
+        vllm_algorithm(method) if method else (draft_algorithm(model) if isinstance(model, str) else None)
     )
     if algorithm:
         edits.append(SetFlag(flag="--speculative-algorithm", values=(algorithm,)))
         said.append(f"method {method or 'from the draft'} → --speculative-algorithm {algorithm}")
+    elif method:
+        said.append(
+            f"SGLang has no algorithm for vLLM method {method!r}; choose --speculative-algorithm yourself"
+        )
     if isinstance(model, str):
         edits.append(SetFlag(flag="--speculative-draft-model-path", values=(model,)))
         said.append("model → --speculative-draft-model-path")
@@ -185,8 +199,13 @@ def _speculative_config(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> 
 
 
 def _speculative_method(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
-    method = (opt.values[0] if opt.values else "").lower()
-    algorithm = _VLLM_METHODS.get(method, method.upper())
+    method = opt.values[0] if opt.values else ""
+    algorithm = vllm_algorithm(method)
+    if algorithm is None:
+        return (
+            (),
+            f"SGLang has no algorithm for vLLM method {method!r}; choose --speculative-algorithm yourself",
+        )
     return (
         RenameFlag(flag=opt.name, to="--speculative-algorithm", values=(algorithm,)),
     ), f"vLLM method {method} is SGLang's {algorithm}"

@@ -356,3 +356,17 @@ def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
     kinds = [e.type for e in transcript.events]
     assert kinds[0] == "run_start" and "launch" in kinds
     assert transcript.outcomes()[-1].outcome.kind == "healthy"
+
+
+def test_freeing_simulated_gpus_leaves_no_stale_profile_files() -> None:
+    from agent.launcher import SimulatedLauncher
+
+    launcher = SimulatedLauncher("a100x2-busy", speed=0.05)
+    first_report = launcher.gpus()
+    assert launcher.free_gpus(list(first_report.processes)).startswith("stopped 1 process(es)")
+    first = Path(launcher.profile_name)
+    assert first.is_file() and not launcher.gpus().processes
+    launcher.free_gpus([])
+    # The replaced copy is gone; the one in use stays until exit.
+    assert not first.exists() and Path(launcher.profile_name).is_file()
+    Path(launcher.profile_name).unlink()

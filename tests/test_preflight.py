@@ -266,3 +266,33 @@ def test_value_fixes_keep_the_full_name_an_abbreviation_was_renamed_to(models):
         "--tp-size",
         "2",
     ]
+
+
+def test_one_vllm_speculative_token_becomes_a_valid_chain(models):
+    report = run(
+        f"{ENTRY} --model-path {models['target']} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {models['eagle3']} --num-speculative-tokens 1"
+    )
+    # SGLang needs at least one step, and with topk 1 the draft tokens are steps + 1.
+    assert report.corrected.value("--speculative-num-steps") == "1"
+    assert report.corrected.value("--speculative-num-draft-tokens") == "2"
+    assert preflight(report.corrected, CAT).clean
+
+
+def test_unknown_vllm_method_is_not_invented(models):
+    config = json.dumps({"method": "medusa", "num_speculative_tokens": 3})
+    spec = LaunchSpec.parse(
+        [*ENTRY.split(), "--model-path", models["target"], "--speculative-config", config]
+    )
+    report = preflight(spec, CAT)
+    foreign = next(f for f in report.findings if f.flag == "--speculative-config")
+    assert "no algorithm for vLLM method 'medusa'" in foreign.why
+    assert report.corrected.value("--speculative-algorithm") is None
+
+
+def test_vllm_method_maps_to_sglang_algorithm(models):
+    config = json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": 2})
+    spec = LaunchSpec.parse(
+        [*ENTRY.split(), "--model-path", models["target"], "--speculative-config", config]
+    )
+    assert preflight(spec, CAT).corrected.value("--speculative-algorithm") == "NEXTN"

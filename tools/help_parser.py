@@ -36,10 +36,6 @@ class FlagInfo(BaseModel):
     required: bool = False
 
     @property
-    def takes_value(self) -> bool:
-        return self.nargs != 0
-
-    @property
     def spellings(self) -> tuple[str, ...]:
         return (self.name, *self.aliases, *((self.negation,) if self.negation else ()))
 

@@ -12,11 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Can a server bind this TCP port now? (A real bind, as uvicorn will do.)"""
-    bind_host = "0.0.0.0" if host in ("0.0.0.0", "") else host
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    bind_host = "0.0.0.0" if host == "" else host.strip("[]")
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((bind_host, port))
+        except socket.gaierror:
+            return True  # an unresolvable --host is not a busy port; SGLang will report the name itself
         except OSError:
             return False
     return True
@@ -130,14 +133,3 @@ def _hf_cache_snapshot(repo_id: str) -> Path | None:
     except OSError:
         return None
     return found[0] if found else None
-
-
-def host_memory_mib() -> tuple[int, int] | None:
-    """(total, available) host RAM in MiB from /proc/meminfo; None where there is no /proc."""
-    try:
-        fields = dict(
-            line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line
-        )
-        return int(fields["MemTotal"].split()[0]) // 1024, int(fields["MemAvailable"].split()[0]) // 1024
-    except (OSError, KeyError, ValueError):
-        return None

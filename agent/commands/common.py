@@ -16,10 +16,6 @@ def read_spec(args: argparse.Namespace) -> LaunchSpec:
     return LaunchSpec.parse(command_words(args.command))
 
 
-def read_command_text(text: str) -> LaunchSpec:
-    return LaunchSpec.parse(text)
-
-
 def choose_catalog(spec: LaunchSpec, args: argparse.Namespace) -> CatalogChoice:
     catalog_file = Path(args.catalog) if getattr(args, "catalog", None) else None
     return for_command(
@@ -76,5 +72,5 @@ def llm_planner(args: argparse.Namespace, host: bool = True):
         base_url=getattr(args, "llm_base_url", None), model=getattr(args, "llm_model", None)
     )
     if setup.config is None:
-        return None, (f"No LLM was asked: {setup.note}.",)
+        return None, (f"No LLM was asked: {setup.note.rstrip('.')}.",)
     return LLMPlanner(setup.config, host=host), ()

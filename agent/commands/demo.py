@@ -93,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if session.report is not None:
         session.report.write(run_dir / "report.json")
     launches = len(result.attempts)
+    preflight = session.report.report().preflight if session.report is not None else None
+    caught = len(preflight.findings) if preflight is not None else 0
+    before = f"; preflight caught {caught} problem(s) before any launch" if caught else ""
     out.line()
-    out.line(
-        f"{result.kind.upper()} after {launches} launch(es); the first fault was caught before any launch.",
-        "bold",
-    )
+    out.line(f"{result.kind.upper()} after {launches} launch(es){before}.", "bold")
     out.line(
         f"transcript: {session.transcript_path}  (replay it: specdoctor replay {session.transcript_path})",
         "dim",

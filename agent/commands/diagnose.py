@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
     decision = decide(ctx, planner)
     contract = as_contract(decision, ctx)
+    for error in planner.take_errors():
+        print(f"specdoctor: warning: {error} (skipped; please report it)", file=sys.stderr)
     if args.json:
         print(json.dumps(contract, indent=2))
     else:

@@ -1,0 +1,63 @@
+"""Port probing and the server URL, for IPv4, IPv6 and names, against real sockets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from agent.loop import base_url
+from agent.spec import LaunchSpec
+from playbooks.view import SpecView
+from tools.catalog_load import bundled
+from tools.system import find_free_port, port_is_free
+
+CAT = bundled("0.5.23")
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_listening_ipv4_port_is_busy() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not port_is_free(port, "127.0.0.1")
+        assert find_free_port(port, "127.0.0.1") != port
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_a_listening_ipv6_port_is_busy() -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not port_is_free(port, "::1")
+        assert not port_is_free(port, "[::1]")
+
+
+def test_an_unresolvable_host_is_not_called_a_busy_port() -> None:
+    assert port_is_free(30000, "no-such-host.invalid")
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        (None, "http://127.0.0.1:8000"),
+        ("0.0.0.0", "http://127.0.0.1:8000"),
+        ("::", "http://[::1]:8000"),
+        ("::1", "http://[::1]:8000"),
+        ("[fe80::1]", "http://[fe80::1]:8000"),
+        ("node-3", "http://node-3:8000"),
+    ],
+)
+def test_base_url(host: str | None, url: str) -> None:
+    cmd = "python -m sglang.launch_server --model-path m --port 8000" + (f" --host {host}" if host else "")
+    assert base_url(SpecView(LaunchSpec.parse(cmd), CAT)) == url
