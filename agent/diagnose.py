@@ -27,6 +27,7 @@ from tools.log_cause import RootCause
 from tools.logs import compact, extract_root_cause, scan_file
 from tools.system import ModelFacts
 
+_RUN_START = re.compile(r"server_args=")
 _ACCEPT = re.compile(r"accept[ _]len(?:gth)?[\"']?\s*[:=]\s*([0-9]+(?:\.[0-9]+)?)", re.I)
 
 
@@ -61,8 +62,10 @@ def read_case(path: Path) -> CrashCase:
         ) from None
 
 
-def outcome_from_log(lines: list[str], exit_kind: str | None = None, log_path: str | None = None) -> Outcome:
-    """The Outcome a watcher would have reported, inferred from a recorded log."""
+def outcome_from_log(
+    lines: list[str], exit_kind: str | None = None, log_path: str | None = None, ready: bool | None = None
+) -> Outcome:
+    """The Outcome a watcher would have reported, inferred from a recorded log (`ready`: known already)."""
     text = "\n".join(lines[-2000:])
     accept = [float(x) for x in _ACCEPT.findall(text)]
     accept_length = sum(accept[-5:]) / len(accept[-5:]) if accept else None
@@ -76,6 +79,10 @@ def outcome_from_log(lines: list[str], exit_kind: str | None = None, log_path: s
     else:
         kind = "exited"
     parse_error = bool(re.search(r": error: ", text)) and exit_kind in (None, "parse-error")
+    if ready is None:
+        # A log appended to across restarts holds several runs; readiness counts only in the last one.
+        starts = list(_RUN_START.finditer(text))
+        ready = "fired up and ready to roll" in (text[starts[-1].start() :] if starts else text)
     return Outcome(
         kind=kind,
         detail=f"from a recorded log ({exit_kind or 'kind inferred'})",
@@ -83,7 +90,7 @@ def outcome_from_log(lines: list[str], exit_kind: str | None = None, log_path: s
         parse_error=parse_error,
         exit_code=2 if parse_error else None,
         log_path=log_path,
-        ready_seen="fired up and ready to roll" in text,
+        ready_seen=ready,
     )
 
 
@@ -139,7 +146,7 @@ def context_from_file(
         raise UsageError(f"cannot read log {log}: {exc.strerror}") from None
     lines = [*summary.root_cause.block, *summary.compact.splitlines()]
     if outcome is None:
-        outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log))
+        outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log), ready=summary.ready)
     if summary.accept_length is not None and outcome.accept_length is None:
         outcome = outcome.model_copy(update={"accept_length": summary.accept_length})
     root = summary.root_cause if summary.root_cause.kind != "none" else None

@@ -3,7 +3,8 @@
     python bench/bench_diagnose.py [--size-mb 1024]
 
 The log is a real SGLang startup (tests/data/sglang-outputs/serve-module.log) followed by runtime
-`Decode batch` lines up to the size, ending in a real scheduler crash: CUDA graph capture out of memory.
+`Decode batch` lines up to the size, then (as in a log appended to across restarts) a second startup that
+dies in a real scheduler crash: CUDA graph capture out of memory.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ def make_log(path: Path, size: int) -> None:
     block = "".join(DECODE.format(s=i % 60) for i in range(2000)).encode()
     with path.open("wb") as f:
         f.write(head.encode())
-        while f.tell() < size - len(CRASH):
+        restart = "".join(head.splitlines(keepends=True)[:60]).encode()  # a second run, up to capture
+        while f.tell() < size - len(CRASH) - len(restart):
             f.write(block)
+        f.write(restart)
         f.write(CRASH.encode())
 
 

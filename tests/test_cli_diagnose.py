@@ -103,3 +103,25 @@ def test_eval_on_the_corpus_meets_the_bar():
     assert totals["fixes_solved"] / totals["fix_cases"] >= 0.9
     assert totals["stopped_correctly"] == totals["stop_cases"]
     assert totals["category_right"] / totals["cases"] >= 0.85
+
+
+def test_a_log_appended_across_restarts_is_read_for_its_last_run(tmp_path):
+    """A healthy run, then (appended, as `>>` does) a restart that dies capturing CUDA graphs."""
+    healthy = (DATA / "sglang-outputs" / "serve-module.log").read_text()
+    restart = "".join(line for line in healthy.splitlines(keepends=True) if "ready to roll" not in line)
+    crash = (DATA / "signature-logs" / "row-09-oom.txt").read_text().split("# ---\n", 1)[1]
+    log = tmp_path / "server.log"
+    log.write_text(healthy + restart.split("The server is fired up")[0] + crash)
+    proc = specdoctor(
+        "diagnose",
+        "--log",
+        str(log),
+        "--json",
+        "--",
+        "python -m sglang.launch_server --model-path M --mem-fraction-static 0.93",
+    )
+    data = json.loads(proc.stdout)
+    # The first run's "ready" line must not hide the second run's startup crash.
+    assert data["category"] == "cuda-graph" and data["playbook"] == "sglang.cuda-graph.capture"
+    fraction = data["command"].split("--mem-fraction-static ")[1].split()[0]
+    assert data["action"] == "fix" and float(fraction) < 0.93

@@ -110,7 +110,7 @@ def scan_file(
         else:
             lines, skipped = _sample(f, size, limits, profile)
     tracker = StageTracker(profile, clock=lambda: 0.0)
-    for line in lines:
+    for line in lines[_last_run_start(lines, profile) :]:
         tracker.feed(line)
     root = extract_root_cause(lines, profile)
     state = tracker.state()
@@ -129,6 +129,16 @@ def scan_file(
         accept_samples=state.accept_samples,
         compact=compact(lines, budget_chars, root=root, state=state, source_size=size, profile=profile),
     )
+
+
+def _last_run_start(lines: list[str], profile: EngineProfile) -> int:
+    """Where the last run begins: a log appended to across restarts holds several, and only the last one's
+    stage, readiness and accept length describe the crash at its end."""
+    first = next((s.pattern for s in profile.stages if s.pattern is not None), None)
+    if first is None:
+        return 0
+    starts = [i for i, line in enumerate(lines) if first.search(strip_prefix(line, profile))]
+    return starts[-1] if starts else 0
 
 
 def _sample(f: BinaryIO, size: int, limits: ScanLimits, profile: EngineProfile) -> tuple[list[str], int]:
