@@ -300,7 +300,7 @@ class Loop:
             ),
             deadline_at=self._started + self.settings.budget.wall_time_s,
         )
-        self.gpu_seconds += (time.monotonic() - started) * max(view.tp * (view.int("--pp-size") or 1), 1)
+        self.gpu_seconds += (time.monotonic() - started) * max(view.world, 1)
         attempt.outcome = outcome
         self.bus.emit(OutcomeEvent(attempt=attempt.number, outcome=outcome))
         if outcome.kind in ("healthy", "degraded"):

@@ -80,19 +80,12 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
         evidence = next((e for e in group.events if isinstance(e, EvidenceEvent)), None)
         if outcome is None or recorded is None:
             continue
-        if evidence is None:
-            steps.append(
-                Step(
-                    attempt=group.number,
-                    what="decision",
-                    same=True,
-                    recorded=_describe(recorded.decision, spec, catalog),
-                    today="",
-                    skipped="no evidence was recorded for this attempt",
-                )
+        if evidence is None or recorded.planner == "llm":
+            skipped = (
+                "no evidence was recorded for this attempt"
+                if evidence is None
+                else "decided by an LLM; replay runs the playbooks only"
             )
-            continue
-        if recorded.planner == "llm":
             steps.append(
                 Step(
                     attempt=group.number,
@@ -100,7 +93,7 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
                     same=True,
                     recorded=_describe(recorded.decision, spec, catalog),
                     today="",
-                    skipped="decided by an LLM; replay runs the playbooks only",
+                    skipped=skipped,
                 )
             )
             continue

@@ -12,10 +12,12 @@ for English and code in GPT-style BPE vocabularies). The output says which was u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +33,7 @@ from tools.gpu import parse_gpus_description  # noqa: E402
 from tools.logs import compact, extract_root_cause  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
+CATALOG = bundled("0.5.23")
 Case = tuple[str, str, str, "str | None", str]
 """(name, command, log, gpus, outcome kind)"""
 OUTPUTS = ROOT / "tests" / "data" / "sglang-outputs"
@@ -48,21 +51,25 @@ def token_counter() -> tuple[Callable[[str], int], str]:
     return (lambda text: len(encoding.encode(text))), "tiktoken o200k_base"
 
 
+@cache
+def _tools_json() -> str:
+    return json.dumps([t.schema_for_openai() for t in TOOLS] + [propose_tool()])
+
+
 def prompt_text(ctx: Context, whole_log: bool) -> str:
     messages = build_messages(ctx, host=False, log_chars=None if whole_log else PROMPT_LOG_CHARS)
-    tools = [t.schema_for_openai() for t in TOOLS] + [propose_tool()]
-    return "\n".join(m["content"] for m in messages) + json.dumps(tools)
+    return "\n".join(m["content"] for m in messages) + _tools_json()
 
 
-def context(command: str, log: str, gpus: str | None, kind: str, log_text: str | None = None) -> Context:
+def context(command: str, log: str, gpus: str | None, kind: str) -> Context:
     lines = log.splitlines()
     root = extract_root_cause(lines)
     return Context(
         spec=LaunchSpec.parse(command),
-        catalog=bundled("0.5.23"),
+        catalog=CATALOG,
         outcome=Outcome(kind=kind),  # type: ignore[arg-type]
         root=root,
-        log_text=compact(lines, root=root) if log_text is None else log_text,
+        log_text=compact(lines, root=root),
         gpus=parse_gpus_description(gpus) if gpus else None,
     )
 
@@ -92,7 +99,7 @@ def measure(cases: list[Case], count: Callable[[str], int], per_case: bool) -> d
     for name, command, log, gpus, kind in cases:
         try:
             small = context(command, log, gpus, kind)
-            big = context(command, log, gpus, kind, log_text=log)
+            big = dataclasses.replace(small, log_text=log)
         except SpecError as exc:
             print(f"  skipped {name}: {exc}")
             continue

@@ -24,6 +24,10 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.procs import live_processes  # noqa: E402
+
 TOKEN_ENV = "SIMNODE_BENCH_TOKEN"
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -83,18 +87,8 @@ def cycle(model: str, env: dict[str, str]) -> tuple[float, float, int]:
 
 
 def leftovers(token: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if f"{TOKEN_ENV}={token}".encode() in environ and state != "Z":
-            found.append(int(entry))
-    return found
+    marker = f"{TOKEN_ENV}={token}".encode()
+    return live_processes(lambda environ, _: marker in environ.split(b"\0"))
 
 
 def main() -> None:

@@ -28,7 +28,8 @@ def _choices(ctx: Context, flag: str) -> tuple[str, ...]:
 
 
 def _pick(ctx: Context, flag: str, allowed: list[str]) -> str | None:
-    valid = [b for b in allowed if not _choices(ctx, flag) or b in _choices(ctx, flag)]
+    known = _choices(ctx, flag)
+    valid = [b for b in allowed if not known or b in known]
     ranked = sorted(valid, key=lambda b: PREFERENCE.index(b) if b in PREFERENCE else len(PREFERENCE))
     return ranked[0] if ranked else None
 
@@ -91,9 +92,6 @@ def required_backend(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """FA3 runs on Ampere/Hopper only. On Blackwell its successor is FA4."""
-    blackwell = bool(re.search(r"Blackwell|sm_?10\d|SM10\d|sm_?12\d", ctx.search_text)) or bool(
-        ctx.gpus and ctx.gpus.ok and any((g.compute_capability or (0, 0))[0] >= 10 for g in ctx.gpus.gpus)
-    )
     user_fa3 = [
         f
         for f in ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
@@ -119,6 +117,9 @@ def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why="the error names the backend to use",
             confidence=0.8,
         )
+    blackwell = bool(re.search(r"Blackwell|sm_?10\d|SM10\d|sm_?12\d", ctx.search_text)) or bool(
+        ctx.gpus and ctx.gpus.ok and any((g.compute_capability or (0, 0))[0] >= 10 for g in ctx.gpus.gpus)
+    )
     target = "fa4" if blackwell and "fa4" in _choices(ctx, "--mm-attention-backend") else "sdpa"
     return fix(
         ctx,

@@ -16,13 +16,13 @@ from typing import TypeVar
 from agent.decision import Category, Decision, Finding, Fix, Stop
 from agent.outcome import Outcome, OutcomeKind
 from agent.spec import Edit, LaunchSpec
-from playbooks.view import SpecView, as_float, as_int
+from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
 from tools.gpu import GpuReport
 from tools.log_cause import RootCause
 from tools.system import ModelFacts
 
-__all__ = ["Context", "Playbook", "SpecView", "as_float", "as_int", "fix", "playbook", "stop"]
+__all__ = ["Context", "Playbook", "SpecView", "fix", "line_of", "playbook", "stop"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,13 @@ def playbook(
         return fn
 
     return register
+
+
+def line_of(m: re.Match[str]) -> str:
+    """The whole log line a trigger matched in."""
+    text, at = m.string, m.end()
+    end = text.find("\n", at)
+    return text[text.rfind("\n", 0, at) + 1 : end if end >= 0 else len(text)]
 
 
 def fix(

@@ -16,10 +16,15 @@ import re
 from agent.decision import Decision
 from agent.spec import Edit, RemoveFlag, SetFlag
 from playbooks.base import Context, fix, playbook, stop
+from playbooks.parallel import CUSTOM_ALLREDUCE, use_nccl_allreduce
 
-CAPTURE_FAILED = r"Capture (?:cuda|CUDA) graph failed|Capture cuda graph begin|capture\(\)|cuda_graph_runner|Capturing batches"
+CAPTURE_FAILED_LINE = r"Capture (?:cuda|CUDA) graph failed"
+"""SGLang's own message when graph capture raised."""
+CAPTURE_FAILED = (
+    rf"{CAPTURE_FAILED_LINE}|Capture cuda graph begin|capture\(\)|cuda_graph_runner|Capturing batches"
+)
 _OOM = re.compile(r"out of memory|OutOfMemoryError", re.I)
-_ALLREDUCE = re.compile(r"custom_all_reduce|register_graph_buffers|peer access|CustomAllreduce|IPC", re.I)
+_ALLREDUCE = re.compile(rf"{CUSTOM_ALLREDUCE}|peer access|IPC", re.I)
 _COMPILE = re.compile(
     r"torch\._dynamo|torch\._inductor|inductor|SubprocException|triton.*compil|BackendCompilerFailed|torch\.compile",
     re.I,
@@ -46,7 +51,7 @@ def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     text = ctx.search_text
     # Every healthy startup logs "Capture cuda graph begin": only a failed capture, or a traceback that
     # runs through the capture code, is this playbook's, and never a crash after the server was ready.
-    failed = re.search(r"Capture (?:cuda|CUDA) graph failed", text)
+    failed = re.search(CAPTURE_FAILED_LINE, text)
     in_capture = re.search(r"cuda_graph_runner|graph_runner\.py|capture\(\)|in capture\w*", ctx.root_text)
     lines = [ln for ln in ctx.log_text.splitlines() if ln.strip()]
     died_capturing = ctx.outcome.stage == "cuda_graph" or bool(
@@ -56,10 +61,8 @@ def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if ctx.outcome.ready_seen or not (failed or in_capture):
         return None
     if _ALLREDUCE.search(text):
-        return fix(
+        return use_nccl_allreduce(
             ctx,
-            [SetFlag(flag="--disable-custom-all-reduce")],
-            "nccl",
             "CUDA graph capture failed inside SGLang's custom all-reduce (CUDA IPC between GPUs)",
             why="custom all-reduce needs peer-to-peer/IPC between the GPUs; NCCL's all-reduce does not",
             confidence=0.85,

@@ -9,6 +9,7 @@ import re
 from agent.decision import Decision
 from agent.spec import Edit, RemoveFlag, SetFlag
 from playbooks.base import Context, fix, playbook
+from playbooks.cuda_graph import CAPTURE_FAILED_LINE
 
 # Words too common in logs to tie an error to one flag.
 _GENERIC = {
@@ -95,7 +96,7 @@ def feature_named_in_error(ctx: Context, m: re.Match[str] | None) -> Decision | 
 @playbook(
     id="sglang.feature.not-capturable",
     category="cuda-graph",
-    pattern=r"Capture (?:cuda|CUDA) graph failed|Possible solutions:|disable cuda graph|StreamCapture|stream is capturing",
+    pattern=rf"{CAPTURE_FAILED_LINE}|Possible solutions:|disable cuda graph|StreamCapture|stream is capturing",
     priority=12,
 )
 def not_capturable(ctx: Context, m: re.Match[str] | None) -> Decision | None:

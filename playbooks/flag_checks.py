@@ -17,6 +17,7 @@ from playbooks.view import as_float, as_int
 from tools.catalog import FlagCatalog, Resolution
 from tools.flag_synonyms import VALUE_SYNONYMS
 from tools.help_parser import FlagInfo
+from tools.similarity import only_version_differs
 
 
 def check_flags(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
@@ -289,10 +290,7 @@ def _closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | No
     )
     if ranked and ranked[0][0] >= 0.8 and (len(ranked) == 1 or ranked[0][0] - ranked[1][0] >= 0.08):
         best = ranked[0][1]
-        # llama4 is not a typo of llama3: names that differ only in a version number are different things.
-        if re.sub(r"\d", "", best.lower()) == re.sub(r"\d", "", value.lower()):
-            return None
-        return best
+        return None if only_version_differs(best, value) else best
     return None
 
 

@@ -11,7 +11,7 @@ import re
 
 from agent.decision import Decision, Finding
 from agent.spec import Edit, RemoveFlag, RenameFlag
-from playbooks.base import Context, fix, playbook, stop
+from playbooks.base import Context, fix, line_of, playbook, stop
 from playbooks.flag_checks import check_flags
 from tools.similarity import score
 
@@ -33,7 +33,7 @@ def _flags_in(line: str) -> tuple[set[str], bool]:
 @playbook(id="sglang.argparse", category="flag-name", pattern=ARGPARSE, priority=10)
 def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """SGLang's argparse rejected the command; fix every flag the catalog says is wrong."""
-    error_line = next((ln for ln in ctx.search_text.splitlines() if re.search(ARGPARSE, ln)), "")
+    error_line = line_of(m) if m else ""
     named, unrecognized = _flags_in(error_line)
     findings = [f for f in check_flags(ctx.spec, ctx.catalog) if f.severity != "info"]
     errors = [f for f in findings if f.severity == "error"]
@@ -48,12 +48,11 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if skew and not [f for f in errors if f.edits]:
         return _version_skew(ctx, skew, error_line)
     edits += [RemoveFlag(flag=n) for n in skew]  # beside real faults, an unknown-here flag just goes
-    unfixed = [f for f in named_findings if not f.edits]
-    if unfixed and not any(f.edits for f in named_findings):
+    if named_findings and not any(f.edits for f in named_findings):
         return stop(
             ctx,
-            unfixed[0].category,
-            unfixed[0].message,
+            named_findings[0].category,
+            named_findings[0].message,
             "Rename or remove it by hand; `specdoctor check` lists what SGLang accepts.",
             evidence=(error_line,),
         )

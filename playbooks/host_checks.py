@@ -115,13 +115,12 @@ def launch_gpus(view: SpecView, gpus: GpuReport | None) -> set[int] | None:
 
 
 def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | None) -> list[Finding]:
-    tp = view.tp
-    pp = view.int("--pp-size") or 1
+    tp, pp = view.tp, view.pp
     found: list[Finding] = []
     heads = model.num_attention_heads if model else None
     visible = visible_gpus(view, gpus)
-    if visible is not None and tp * pp > visible:
-        best = _largest_tp(visible // pp, heads)
+    if visible is not None and view.world > visible:
+        best = largest_tp(visible // pp, heads)
         found.append(
             Finding(
                 code="tp-above-gpus",
@@ -138,7 +137,7 @@ def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | N
             )
         )
     elif heads and heads % tp:
-        best = _largest_tp(tp, heads)
+        best = largest_tp(tp, heads)
         found.append(
             Finding(
                 code="tp-heads",
@@ -153,7 +152,8 @@ def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | N
     return found
 
 
-def _largest_tp(limit: int, heads: int | None) -> int | None:
+def largest_tp(limit: int, heads: int | None) -> int | None:
+    """The largest power-of-two TP size up to `limit` that divides the attention heads (when known)."""
     for tp in range(limit, 0, -1):
         if tp & (tp - 1) == 0 and (heads is None or heads % tp == 0):
             return tp

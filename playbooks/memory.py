@@ -9,6 +9,7 @@ import re
 from agent.decision import Decision
 from agent.spec import SetEnv, SetFlag
 from playbooks.base import Context, fix, playbook, stop
+from playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from playbooks.host_checks import launch_gpus, visible_gpus
 
 MAX_FRACTION = 0.95
@@ -82,7 +83,7 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """CUDA OOM outside graph capture: while loading (weights too big for the GPUs) or right after."""
     text = ctx.search_text
-    if re.search(r"Capture (?:cuda|CUDA) graph failed", text) or ctx.outcome.stage == "cuda_graph":
+    if re.search(CAPTURE_FAILED_LINE, text) or ctx.outcome.stage == "cuda_graph":
         return None  # cuda_graph playbooks own this
     usage = _PROCESS_USE.search(text)
     view = ctx.view
@@ -154,7 +155,7 @@ def unbalanced(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     busy = set(_busy_gpus(ctx))
     if ctx.gpus is not None and ctx.gpus.ok and busy and not ctx.view.env("CUDA_VISIBLE_DEVICES"):
         free = [g.index for g in ctx.gpus.gpus if g.index not in busy]
-        need = ctx.view.tp * (ctx.view.int("--pp-size") or 1)
+        need = ctx.view.world
         if len(free) >= need:
             devices = ",".join(str(i) for i in free[:need])
             return fix(
@@ -223,17 +224,16 @@ _HOLDER = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s*MiB\s*$", re.M)
 )
 def stale_holders(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The log shows processes already holding most of the GPUs' memory (an nvidia-smi listing)."""
-    rows = [(int(g), int(pid), name, int(mib)) for g, pid, name, mib in _HOLDER.findall(ctx.search_text)]
-    big = [r for r in rows if r[3] >= 1024]
+    big = [row for row in _HOLDER.finditer(ctx.search_text) if int(row[4]) >= 1024]
     if not big:
         return None
-    names = ", ".join(f"{pid} ({name}, {mib} MiB on GPU {g})" for g, pid, name, mib in big[:4])
+    names = ", ".join(f"{row[2]} ({row[3]}, {row[4]} MiB on GPU {row[1]})" for row in big[:4])
     return stop(
         ctx,
         "stale-gpu-process",
         f"other processes hold the GPUs' memory: {names}",
         "Stop them (often a previous server's orphaned scheduler processes; `deploy --allow-kill` can do it), or "
         "use other GPUs with CUDA_VISIBLE_DEVICES.",
-        evidence=tuple(ln for ln in ctx.search_text.splitlines() if _HOLDER.match(ln))[:4],
+        evidence=tuple(row[0].strip() for row in big[:4]),
         confidence=0.75,
     )

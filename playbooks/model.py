@@ -170,9 +170,8 @@ _TOO_LONG = re.compile(
 )
 def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Requests are refused as too long: a context the model config caps, or a KV pool that came out small."""
-    found = _TOO_LONG.search(ctx.search_text)
-    assert found is not None
-    allowed = int(found.group(1))
+    assert m is not None  # the trigger is _TOO_LONG itself
+    allowed = int(m.group(1))
     scaled = _rope_scaled_length(ctx.view.get("--json-model-override-args"))
     if scaled and scaled > allowed:
         return fix(

@@ -8,7 +8,31 @@ import re
 from agent.decision import Decision
 from agent.spec import SetFlag
 from playbooks.base import Context, fix, playbook, stop
-from playbooks.host_checks import visible_gpus
+from playbooks.host_checks import largest_tp, visible_gpus
+
+CUSTOM_ALLREDUCE = r"custom_all_reduce|CustomAllreduce|register_graph_buffers"
+"""Frames and names of SGLang's custom all-reduce, which needs CUDA IPC between the GPUs."""
+
+
+def use_nccl_allreduce(
+    ctx: Context,
+    summary: str,
+    *,
+    why: str = "custom all-reduce needs working peer-to-peer/IPC between the GPUs; NCCL's all-reduce does not",
+    evidence: tuple[str, ...] = (),
+    confidence: float,
+) -> Decision | None:
+    """Turn SGLang's custom all-reduce off, so tensor parallelism goes through NCCL."""
+    return fix(
+        ctx,
+        [SetFlag(flag="--disable-custom-all-reduce")],
+        "nccl",
+        summary,
+        why=why,
+        evidence=evidence,
+        confidence=confidence,
+    )
+
 
 _PARTITION = re.compile(
     r"output_partition_size = (\d+) is not divisible by weight quantization block_n = (\d+)"
@@ -18,17 +42,15 @@ _PARTITION = re.compile(
 @playbook(
     id="sglang.parallel.peer-access",
     category="nccl",
-    pattern=r"peer access is not supported|custom_all_reduce|CustomAllreduce|register_graph_buffers|cudaIpcOpenMemHandle",
+    pattern=rf"peer access is not supported|{CUSTOM_ALLREDUCE}|cudaIpcOpenMemHandle",
     priority=25,
 )
 def peer_access(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Custom all-reduce needs CUDA peer-to-peer between the GPUs (GeForce cards, some VMs have none)."""
-    if ctx.view.tp * (ctx.view.int("--pp-size") or 1) < 2 and not re.search(r"peer access", ctx.search_text):
+    if ctx.view.world < 2 and not re.search(r"peer access", ctx.search_text):
         return None
-    return fix(
+    return use_nccl_allreduce(
         ctx,
-        [SetFlag(flag="--disable-custom-all-reduce")],
-        "nccl",
         "SGLang's custom all-reduce cannot use peer-to-peer access between these GPUs",
         why="--disable-custom-all-reduce makes tensor parallelism use NCCL, which works without P2P",
         confidence=0.9,
@@ -45,17 +67,16 @@ def heads_not_divisible(ctx: Context, m: re.Match[str] | None) -> Decision | Non
     """The TP size does not divide the attention heads."""
     heads = ctx.model.num_attention_heads if ctx.model else None
     tp = ctx.view.tp
-    if heads:
-        options = [t for t in range(tp - 1, 0, -1) if heads % t == 0 and t & (t - 1) == 0]
-        if options:
-            return fix(
-                ctx,
-                [SetFlag(flag="--tp-size", values=(str(options[0]),))],
-                "tp-config",
-                f"--tp-size {tp} does not divide the model's {heads} attention heads",
-                why=f"{options[0]} divides {heads}; use pipeline or data parallelism for the other GPUs",
-                confidence=0.75,
-            )
+    best = largest_tp(tp - 1, heads) if heads else None
+    if best:
+        return fix(
+            ctx,
+            [SetFlag(flag="--tp-size", values=(str(best),))],
+            "tp-config",
+            f"--tp-size {tp} does not divide the model's {heads} attention heads",
+            why=f"{best} divides {heads}; use pipeline or data parallelism for the other GPUs",
+            confidence=0.75,
+        )
     return stop(
         ctx,
         "tp-config",
@@ -94,7 +115,7 @@ def too_many_ranks(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     visible = visible_gpus(ctx.view, ctx.gpus)
     tp = ctx.view.tp
     if visible and tp > visible:
-        best = max(t for t in (1, 2, 4, 8, 16) if t <= visible)
+        best = largest_tp(visible, None) or 1
         return fix(
             ctx,
             [SetFlag(flag="--tp-size", values=(str(best),))],
@@ -116,23 +137,16 @@ def warmup_hang(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Several GPUs, and the first batch never finishes: custom all-reduce (CUDA IPC between the GPUs) is
     the usual culprit, and NCCL the safe replacement."""
     view = ctx.view
-    if (
-        view.tp * (view.int("--pp-size") or 1) < 2
-        or view.has("--disable-custom-all-reduce")
-        or ctx.outcome.fatal_line
-    ):
+    if view.world < 2 or view.has("--disable-custom-all-reduce") or ctx.outcome.fatal_line:
         return None
     late = ctx.outcome.stage in (None, "http", "warmup", "ready", "scheduler") or re.search(
         r"Prefill batch|POST /generate", ctx.search_text
     )
     if not late:
         return None
-    return fix(
+    return use_nccl_allreduce(
         ctx,
-        [SetFlag(flag="--disable-custom-all-reduce")],
-        "nccl",
         "the server hangs on its first batch with tensor parallelism: a collective never completes",
-        why="custom all-reduce needs working peer-to-peer/IPC between the GPUs; NCCL's all-reduce does not",
         evidence=ctx.evidence(r"Prefill batch|Decode batch"),
         confidence=0.65,
     )

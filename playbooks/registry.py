@@ -25,4 +25,6 @@ def all_playbooks() -> list[Playbook]:
 
     for name in _FAMILIES:
         importlib.import_module(f"playbooks.{name}")
-    return list(REGISTRY)
+    # Family order breaks priority ties, whatever order the modules happened to import each other in.
+    rank = {f"playbooks.{name}": i for i, name in enumerate(_FAMILIES)}
+    return sorted(REGISTRY, key=lambda pb: rank.get(pb.fn.__module__, len(rank)))

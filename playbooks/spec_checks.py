@@ -11,7 +11,7 @@ from agent.spec import Edit, LaunchSpec, RemoveFlag, SetFlag
 from playbooks.translate import EAGLE_FAMILY, kind_from_name
 from playbooks.view import SpecView
 from tools.catalog import FlagCatalog
-from tools.similarity import score
+from tools.similarity import only_version_differs, score
 from tools.system import ModelFacts
 
 # Targets whose checkpoint carries its own MTP layers: SGLang reuses the target path as the draft.
@@ -105,10 +105,8 @@ def _unknown_algorithm(
     view: SpecView, algorithm: str, known: tuple[str, ...], draft: ModelFacts | None
 ) -> Finding:
     kind = draft.draft_kind if draft else None
-    # EAGLE3 is not a typo of EAGLE: names that differ only in a version number are different algorithms.
     ranked = sorted(
-        ((score(algorithm, k), k) for k in known if re.sub(r"\d", "", k) != re.sub(r"\d", "", algorithm)),
-        reverse=True,
+        ((score(algorithm, k), k) for k in known if not only_version_differs(k, algorithm)), reverse=True
     )
     target = (
         kind
@@ -401,14 +399,19 @@ def _unsupported_combinations(view: SpecView, algorithm: str) -> list[Finding]:
     return found
 
 
+def chain_drafting(steps: int | None) -> tuple[Edit, ...]:
+    """Edits that turn tree drafting into a chain: topk 1, and draft tokens = steps + 1 as SGLang requires."""
+    topk: tuple[Edit, ...] = (SetFlag(flag="--speculative-eagle-topk", values=("1",)),)
+    if steps is None:
+        return topk
+    return (*topk, SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
+
+
 def _to_chain(reason: str, steps: int | None) -> Finding:
-    edits: list[Edit] = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
-    if steps is not None:
-        edits.append(SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
     return _f(
         "spec-needs-chain",
         "error",
         reason,
-        tuple(edits),
+        chain_drafting(steps),
         "topk 1 drafts a single chain, which every backend and sampler supports",
     )

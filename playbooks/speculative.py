@@ -8,16 +8,22 @@ import re
 from agent.decision import Decision, Finding
 from agent.spec import RemoveFlag, SetEnv, SetFlag
 from playbooks.base import Context, fix, playbook, stop
-from playbooks.spec_checks import NO_SPEC_BACKENDS, check_speculative
-from playbooks.translate import EAGLE_FAMILY, draft_algorithm
+from playbooks.spec_checks import NO_SPEC_BACKENDS, chain_drafting, check_speculative
+from playbooks.translate import EAGLE_FAMILY, kind_from_name
 
 DEGRADED_MAX = 1.05
 """An accept length this close to 1.0 means every drafted token is rejected."""
 
 
-def _spec_findings(ctx: Context, *codes: str) -> list[Finding]:
+def _first_finding(ctx: Context, *codes: str) -> Finding | None:
+    """The first fixable finding of the static speculative checks with one of these codes."""
     found = check_speculative(ctx.spec, ctx.catalog, ctx.model, ctx.draft)
-    return [f for f in found if f.code in codes and f.edits]
+    return next((f for f in found if f.code in codes and f.edits), None)
+
+
+def _first_fix(ctx: Context, *codes: str) -> Decision | None:
+    first = _first_finding(ctx, *codes)
+    return _from_finding(ctx, first) if first is not None else None
 
 
 def _from_finding(ctx: Context, f: Finding, evidence: tuple[str, ...] = ()) -> Decision | None:
@@ -39,17 +45,18 @@ def accept_length_one(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if accept is None or accept > DEGRADED_MAX:
         return None
     evidence = ctx.evidence(r"accept[ _]len", r"spec_accept_length") or (f"accept length {accept:.2f}",)
-    mismatch = _spec_findings(ctx, "eagle3-draft-as-eagle", "eagle-draft-as-eagle3")
-    if mismatch:
-        return _from_finding(ctx, mismatch[0], evidence)
+    mismatch = _first_finding(ctx, "eagle3-draft-as-eagle", "eagle-draft-as-eagle3")
+    if mismatch is not None:
+        return _from_finding(ctx, mismatch, evidence)
     view = ctx.view
     draft = view.get("--speculative-draft-model-path")
     if (
         view.algorithm in ("EAGLE", "EAGLE3")
         and draft
-        and draft_algorithm(draft) == "STANDALONE"
         and ctx.draft
         and ctx.draft.has_config
+        and not ctx.draft.draft_kind
+        and not kind_from_name(draft)
     ):
         return fix(
             ctx,
@@ -79,8 +86,7 @@ def accept_length_one(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def steps_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """topk or draft tokens without num-steps: SGLang's bare AssertionError in the speculative hook."""
-    found = _spec_findings(ctx, "spec-steps-missing")
-    return _from_finding(ctx, found[0]) if found else None
+    return _first_fix(ctx, "spec-steps-missing")
 
 
 @playbook(
@@ -91,8 +97,7 @@ def steps_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def only_steps(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """num-steps alone leaves topk and draft tokens unset; a later comparison with None fails."""
-    found = _spec_findings(ctx, "spec-only-steps", "spec-topk-missing")
-    return _from_finding(ctx, found[0]) if found else None
+    return _first_fix(ctx, "spec-only-steps", "spec-topk-missing")
 
 
 @playbook(
@@ -103,9 +108,9 @@ def only_steps(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def unknown_algorithm(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """An algorithm name this SGLang does not have."""
-    found = _spec_findings(ctx, "spec-unknown-algorithm")
-    if found:
-        return _from_finding(ctx, found[0])
+    found = _first_finding(ctx, "spec-unknown-algorithm")
+    if found is not None:
+        return _from_finding(ctx, found)
     return stop(
         ctx,
         "spec-config",
@@ -122,8 +127,7 @@ def unknown_algorithm(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def dp_attention(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """NGRAM and STANDALONE drafting cannot run with DP attention; keep the drafter, drop DP attention."""
-    found = _spec_findings(ctx, "spec-dp-attention")
-    return _from_finding(ctx, found[0]) if found else None
+    return _first_fix(ctx, "spec-dp-attention")
 
 
 @playbook(
@@ -138,13 +142,9 @@ def needs_chain(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     topk = ctx.view.int("--speculative-eagle-topk")
     if topk is None or topk <= 1:
         return None  # already a chain: the feature that needs one is the fault (see engine_bugs.feature)
-    steps = ctx.view.int("--speculative-num-steps")
-    edits = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
-    if steps is not None:
-        edits.append(SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
     return fix(
         ctx,
-        edits,
+        chain_drafting(ctx.view.int("--speculative-num-steps")),
         "spec-config",
         f"tree drafting (topk {topk}) is not supported here: {ctx.root.error_line or m.group(0) if m else ''}",
         why="topk 1 drafts a single chain of num-steps tokens, which every backend supports",
@@ -194,14 +194,10 @@ def spec_v2_tree(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     ) or re.search(r"eagle|draft|speculative", ctx.root_text, re.I)
     if view.algorithm not in EAGLE_FAMILY or topk <= 1 or not in_draft:
         return None
-    steps = view.int("--speculative-num-steps")
-    edits = [SetFlag(flag="--speculative-eagle-topk", values=("1",))]
-    if steps is not None:
-        edits.append(SetFlag(flag="--speculative-num-draft-tokens", values=(str(steps + 1),)))
     why = "the overlap (spec v2) EAGLE worker implements chain drafting (topk 1) only"
     decision = fix(
         ctx,
-        edits,
+        chain_drafting(view.int("--speculative-num-steps")),
         "spec-config",
         f"tree drafting (topk {topk}) breaks the draft step's tensor shapes",
         why=why,
@@ -228,8 +224,7 @@ def backend_without_spec(ctx: Context, m: re.Match[str] | None) -> Decision | No
     backend = ctx.view.get("--attention-backend")
     if ctx.view.algorithm is None or backend not in NO_SPEC_BACKENDS:
         return None
-    found = _spec_findings(ctx, "spec-attention-backend")
-    return _from_finding(ctx, found[0]) if found else None
+    return _first_fix(ctx, "spec-attention-backend")
 
 
 @playbook(

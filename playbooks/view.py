@@ -71,5 +71,14 @@ class SpecView:
         return self.int("--tp-size") or 1
 
     @property
+    def pp(self) -> int:
+        return self.int("--pp-size") or 1
+
+    @property
+    def world(self) -> int:
+        """GPUs one replica needs: tensor × pipeline ranks."""
+        return self.tp * self.pp
+
+    @property
     def attention_dp(self) -> bool:
         return self.has("--enable-dp-attention") or (self.int("--attn-dp-size") or 1) > 1

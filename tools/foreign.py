@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import os
-import signal
-import time
 
-from tools.reaper import Proc, read_proc, signal_procs
+from tools.reaper import Proc, read_proc, stop_tree
 
 
 def terminate_foreign(pids: list[int], grace_s: float = 10.0) -> str:
@@ -17,11 +15,7 @@ def terminate_foreign(pids: list[int], grace_s: float = 10.0) -> str:
     gone = sorted(set(pids) - {p.pid for p in targets} - me)
     denied = [p for p in targets if not _may_signal(p.pid)]
     targets = [p for p in targets if p not in denied]
-    signal_procs(targets, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_same(p) for p in targets):
-        time.sleep(0.2)
-    signal_procs([p for p in targets if _same(p)], signal.SIGKILL)
+    stop_tree(lambda: [p for p in targets if _same(p)], grace_s)
     parts = []
     if targets:
         parts.append("stopped " + ", ".join(f"{p.pid} ({p.name})" for p in targets))
@@ -37,8 +31,9 @@ def terminate_foreign(pids: list[int], grace_s: float = 10.0) -> str:
 
 
 def _same(proc: Proc) -> bool:
+    """Still the process nvidia-smi listed (not a reused pid), and not a zombie."""
     current = read_proc(proc.pid)
-    return current is not None and current.start_time == proc.start_time and current.state not in ("Z", "X")
+    return current is not None and current.key == proc.key and current.state not in ("Z", "X")
 
 
 def _may_signal(pid: int) -> bool:
@@ -47,5 +42,5 @@ def _may_signal(pid: int) -> bool:
     except PermissionError:
         return False
     except ProcessLookupError:
-        return True
+        pass  # gone meanwhile: nothing to be refused
     return True

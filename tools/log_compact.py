@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from agent.engines import SGLANG, EngineProfile
 from tools.log_cause import RootCause, extract_root_cause, usage_dump_span
-from tools.log_stages import StageTracker, TrackerState, split_prefix, strip_prefix
+from tools.log_stages import TrackerState, split_prefix, strip_prefix, track
 
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _SGLANG_TIME = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*)\] ?")
@@ -40,11 +40,7 @@ def compact(
     """
     lines = list(lines)
     root = root or extract_root_cause(lines, profile)
-    if state is None:
-        tracker = StageTracker(profile, clock=lambda: 0.0)
-        for line in lines:
-            tracker.feed(line)
-        state = tracker.state()
+    state = state or track(lines, profile)
     size = source_size if source_size is not None else sum(len(line) + 1 for line in lines)
     head = (
         f"== log size: {size:,}; stage reached: {state.stage} ({state.stage_label}); "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -209,3 +209,18 @@ class StageTracker:
             accept_length_mean=self._accept_sum / self._accept_n if self._accept_n else None,
             lines=self._lines,
         )
+
+
+def track(lines: Sequence[str], profile: EngineProfile = SGLANG) -> TrackerState:
+    """The state a recorded log reached. A log appended to across restarts holds several runs, and only the
+    last one's stage, readiness and accept length describe the crash at its end."""
+    first = next((s.pattern for s in profile.stages if s.pattern is not None), None)
+    start = 0
+    if first is not None:
+        start = next(
+            (i for i in range(len(lines) - 1, -1, -1) if first.search(strip_prefix(lines[i], profile))), 0
+        )
+    tracker = StageTracker(profile, clock=lambda: 0.0)
+    for line in lines[start:]:
+        tracker.feed(line)
+    return tracker.state()

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.engines import SGLANG, EngineProfile
 from tools.log_cause import Frame, RootCause, extract_root_cause, usage_dump_span
 from tools.log_compact import compact
-from tools.log_stages import StageChange, StageTracker, TrackerState, split_prefix, strip_prefix
+from tools.log_stages import StageChange, StageTracker, TrackerState, split_prefix, strip_prefix, track
 
 __all__ = [
     "Frame",
@@ -109,11 +109,8 @@ def scan_file(
             lines, skipped = _read_lines(f, 0, size, partial_start=False, partial_end=False)[0], 0
         else:
             lines, skipped = _sample(f, size, limits, profile)
-    tracker = StageTracker(profile, clock=lambda: 0.0)
-    for line in lines[_last_run_start(lines, profile) :]:
-        tracker.feed(line)
     root = extract_root_cause(lines, profile)
-    state = tracker.state()
+    state = track(lines, profile)
     return LogSummary(
         path=str(path),
         size_bytes=size,
@@ -129,16 +126,6 @@ def scan_file(
         accept_samples=state.accept_samples,
         compact=compact(lines, budget_chars, root=root, state=state, source_size=size, profile=profile),
     )
-
-
-def _last_run_start(lines: list[str], profile: EngineProfile) -> int:
-    """Where the last run begins: a log appended to across restarts holds several, and only the last one's
-    stage, readiness and accept length describe the crash at its end."""
-    first = next((s.pattern for s in profile.stages if s.pattern is not None), None)
-    if first is None:
-        return 0
-    starts = [i for i, line in enumerate(lines) if first.search(strip_prefix(line, profile))]
-    return starts[-1] if starts else 0
 
 
 def _sample(f: BinaryIO, size: int, limits: ScanLimits, profile: EngineProfile) -> tuple[list[str], int]:

@@ -343,7 +343,7 @@ class EngineProcess:
             self._log_file = None
         with open(self.log_path, "rb") as f:
             f.seek(self._follow_from)
-            pending = b""
+            pending, exited = b"", False
             while not self._detached.is_set():
                 chunk = f.readline(_MAX_LINE_BYTES)
                 if chunk:
@@ -352,11 +352,13 @@ class EngineProcess:
                         self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
                         pending = b""
                     continue
-                if self._popen.poll() is not None:
+                if exited:  # it had exited before this EOF, so its last line has been read
                     if pending:
                         self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
                     return
-                time.sleep(0.05)
+                exited = self._popen.poll() is not None
+                if not exited:
+                    time.sleep(0.05)
 
     def detach(self) -> None:
         """Leave the engine running on its own (it must have been started `to_file`): stop following its

@@ -6,6 +6,7 @@ different order, so a plain edit distance ranks them low; a word-level match ran
 
 from __future__ import annotations
 
+import re
 from difflib import SequenceMatcher
 
 # Shorthands people write for a word of a flag name.
@@ -77,3 +78,8 @@ def score(written: str, real: str, floor: float = 0.0) -> float:
     if max(overlap, m.quick_ratio()) < floor:
         return 0.0
     return round(max(m.ratio(), overlap), 3)
+
+
+def only_version_differs(a: str, b: str) -> bool:
+    """EAGLE3 vs EAGLE, llama4 vs llama3: names equal but for their digits are different things, not typos."""
+    return re.sub(r"\d", "", a.lower()) == re.sub(r"\d", "", b.lower())

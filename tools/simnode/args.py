@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import re
 import sys
-from decimal import Decimal
 from functools import cache
 from typing import Any
 
@@ -31,10 +29,6 @@ _DEPRECATED = {
     "disable_cuda_graph": ("--disable-cuda-graph", "--cuda-graph-backend-{decode,prefill}=disabled"),
     "enable_dp_attention": ("--enable-dp-attention", "--attn-dp-size <dp-size>"),
 }
-
-
-_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 class UsageExit(Exception):
@@ -84,38 +78,7 @@ def _catalog():
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The catalog's parser, with SGLang's own size converter (and its exact error messages)."""
-    parser = _catalog().build_parser()
-    for action in parser._actions:
-        flag = _catalog().get(action.option_strings[0]) if action.option_strings else None
-        if flag is not None and flag.value_type == "human_readable_int":
-            action.type = human_readable_int  # with SGLang's own error messages
-    return parser
-
-
-def human_readable_int(value: str) -> int:
-    """sglang/srt/utils/common.py: plain integers, SI (1k, 25.6k) and IEC (1Ki) suffixes."""
-    value = value.strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
-    if match:
-        number, suffix = match.groups()
-        if suffix in _IEC:
-            if "." in number:
-                raise argparse.ArgumentTypeError(
-                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
-                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
-                    f"or an SI value such as '{number}{suffix[0]}'."
-                )
-            return int(number) * _IEC[suffix]
-        return int(Decimal(number) * _SI[suffix])
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"Invalid integer value: '{value}'. "
-            "Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
-            "Suffixes are case-sensitive."
-        ) from None
+    return _catalog().build_parser()
 
 
 @cache

@@ -8,15 +8,13 @@ from tools.simnode.args import VERSION
 from tools.simnode.stages import SchedulerReady
 from tools.simnode.validate import Resolved
 
-_GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
-
 
 def server_info(
     resolved: Resolved, ready: SchedulerReady, launch_command: str, tokenizer_s: float
 ) -> dict[str, Any]:
     """Every resolved server arg, then the launch facts; `internal_states[0]` is scheduler rank 0's view."""
     args = dict(resolved.args)
-    graph = {k: ready.timings[f"cuda_graph.{k}"] for k in _GRAPH_PHASES}
+    graph = dict(ready.graph_s)
     startup = {
         "load_weight": ready.timings["load_weight"],
         "kv_cache_allocation": ready.timings["kv_cache_allocation"],

@@ -104,9 +104,7 @@ class Launcher:
 
     def _serve(self, resolved: Resolved, ready: SchedulerReady, engine: Engine) -> None:
         t = ready.timings
-        graphs = ", ".join(
-            f"{k.split('.', 1)[1]}={v:.2f}" for k, v in t.items() if k.startswith("cuda_graph.")
-        )
+        graphs = ", ".join(f"{k}={v:.2f}" for k, v in ready.graph_s.items())
         tokenizer_s = IMPORT_S + SPAWN_S + t["scheduler_e2e"]
         self.log.info(
             f"Engine startup timings (s): load_weight={t['load_weight']:.2f}, "
@@ -151,12 +149,9 @@ class Launcher:
         """--port beyond 65535: uvicorn still claims to run, the warm-up gives up after 120 s, SGLang kills all."""
         self.log.info(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         self.pacer.pause(WARMUP_TIMEOUT_S)
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/model_info"
+        url = f"{_base_url(host, port)}/model_info"
         self.log.info(f"Initialization failed. warmup error: {tracebacks.warmup_bad_url(url)}")
-        self.log.info(f"kill_process_tree called: parent_pid={self.pid}, include_parent=True, pid={self.pid}")
-        self._kill_child()
-        os.kill(self.pid, signal.SIGKILL)
-        raise SystemExit(137)
+        self._kill_all()
 
     def _hang_on_bind_error(self, host: str, port: int, exc: Exception) -> NoReturn:
         """uvicorn logs the error and its server exits, but SGLang's launcher never notices: it hangs."""
@@ -172,7 +167,7 @@ class Launcher:
 
     def _warm_up(self, host: str, port: int) -> None:
         """The requests SGLang's warm-up thread sends to its own server before declaring it ready."""
-        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        base = _base_url(host, port)
         _request(f"{base}/model_info")
         self.pacer.enter("warmup")
         body = {
@@ -229,6 +224,10 @@ class Launcher:
 
     def _sigquit(self) -> NoReturn:
         self.log.info("Received sigquit from a child process. It usually means the child failed.")
+        self._kill_all()
+
+    def _kill_all(self) -> NoReturn:
+        """SGLang's kill_process_tree(include_parent=True): the scheduler, then itself, with SIGKILL."""
         self.log.info(f"kill_process_tree called: parent_pid={self.pid}, include_parent=True, pid={self.pid}")
         self._kill_child()
         os.kill(self.pid, signal.SIGKILL)
@@ -262,3 +261,8 @@ def _request(url: str, body: dict | None = None) -> None:
     headers = {"content-type": "application/json"} if data is not None else {}
     with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30) as resp:
         resp.read()
+
+
+def _base_url(host: str, port: int) -> str:
+    """How the launcher reaches its own server: a wildcard bind is reached on loopback."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"

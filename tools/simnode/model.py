@@ -68,7 +68,7 @@ def read_model(path: str, *, draft: bool = False) -> ModelConfig:
     if not folder.is_dir():
         if _REPO_ID.fullmatch(path):
             raise ResolveFailure(tracebacks.hub_unreachable(draft=draft))
-        text = tracebacks.draft_path_missing(path) if draft else tracebacks.model_path_missing(path)
+        text = tracebacks.path_missing(path, draft=draft)
         raise ResolveFailure(text)
     try:
         raw = json.loads((folder / "config.json").read_text())

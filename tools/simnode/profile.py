@@ -21,16 +21,6 @@ _SHARED_MODELS = "models"
 
 Stage = Literal["args", "init", "weights", "kv_cache", "cuda_graph", "scheduler", "http", "warmup"]
 """Startup stages, in order, named as specdoctor's watcher names them."""
-STAGES: tuple[Stage, ...] = (
-    "args",
-    "init",
-    "weights",
-    "kv_cache",
-    "cuda_graph",
-    "scheduler",
-    "http",
-    "warmup",
-)
 
 
 class ProfileError(ValueError):

@@ -159,12 +159,15 @@ _GRAPHS = f"""  File "{_S}/managers/scheduler.py", line 568, in __init__
              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 """
 
-_CAPTURE_INNER = f"""Traceback (most recent call last):
+_CAPTURE_START = f"""Traceback (most recent call last):
   File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 600, in __init__
     self.capture()
   File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1251, in capture
     self._capture()
-  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1303, in _capture
+"""
+"""The runner's constructor entering capture, where every capture failure starts."""
+
+_CAPTURE_INNER = f"""{_CAPTURE_START}  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1303, in _capture
     self._capture_one_stream()
   File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1359, in _capture_one_stream
     self.capture_one_shape(
@@ -216,6 +219,17 @@ def kv_not_enough(mem_fraction_static: float) -> str:
     return _scheduler(frames, error)
 
 
+def _capture_wrapped(inner: str, cause: str) -> str:
+    """The runner re-raises any capture error as `Capture cuda graph failed`, after the original traceback."""
+    frames = (
+        _GRAPHS
+        + f"""  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__
+    raise Exception(
+"""
+    )
+    return inner + _scheduler(frames, f"Exception: Capture cuda graph failed: {cause}\n{CAPTURE_HINT}")
+
+
 def capture_failed(cause: str, cause_type: str = "torch.OutOfMemoryError") -> str:
     """A decode-graph capture failure wrapped as 0.5.23's decode_cuda_graph_runner does."""
     inner = _CAPTURE_INNER.replace(
@@ -229,13 +243,7 @@ During handling of the above exception, another exception occurred:
 
 """,
     )
-    frames = (
-        _GRAPHS
-        + f"""  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__
-    raise Exception(
-"""
-    )
-    return inner + _scheduler(frames, f"Exception: Capture cuda graph failed: {cause}\n{CAPTURE_HINT}")
+    return _capture_wrapped(inner, cause)
 
 
 def oom_message(
@@ -329,12 +337,7 @@ def unbalanced_memory(pre_gib: float, local_gib: float) -> str:
 def peer_access_in_capture() -> str:
     """Custom all-reduce on GPUs without P2P: registering the graphs' IPC buffers fails as capture ends."""
     cause = "CUDART error: peer access is not supported between these two devices"
-    inner = f"""Traceback (most recent call last):
-  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 600, in __init__
-    self.capture()
-  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1251, in capture
-    self._capture()
-  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1295, in _capture
+    inner = f"""{_CAPTURE_START}  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 1295, in _capture
     with (
   File "{_STDLIB}/contextlib.py", line 144, in __exit__
     next(self.gen)
@@ -351,13 +354,7 @@ RuntimeError: {cause}
 During handling of the above exception, another exception occurred:
 
 """
-    frames = (
-        _GRAPHS
-        + f"""  File "{_S}/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__
-    raise Exception(
-"""
-    )
-    return inner + _scheduler(frames, f"Exception: Capture cuda graph failed: {cause}\n{CAPTURE_HINT}")
+    return _capture_wrapped(inner, cause)
 
 
 def illegal_memory_access() -> str:

@@ -8,7 +8,7 @@ Cache, Memory pool end), model_runner_components/cuda_graph_setup.py and specula
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tools.simnode import scheduler_tracebacks as tb
 from tools.simnode.failure import SchedulerFailure
@@ -23,6 +23,10 @@ from tools.simnode.validate import Resolved
 INIT_S, WEIGHTS_S, DRAFT_S, KV_S, GRAPH_S, SCHEDULER_S = 0.4, 1.2, 0.3, 0.3, 0.8, 0.1
 
 
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+"""The CUDA graphs SGLang captures, in the order /server_info lists them."""
+
+
 class SchedulerReady(BaseModel):
     """What the scheduler reports to the launcher once its model runner is up."""
 
@@ -30,8 +34,8 @@ class SchedulerReady(BaseModel):
     pool: KVPool
     max_running_requests: int
     decode_graph_bs: list[int]
-    available_gib: float
     graph_gib: dict[str, float]
+    graph_s: dict[str, float] = Field(description="Capture seconds per graph phase, in GRAPH_PHASES order.")
     timings: dict[str, float]
     weights_per_gpu_gib: float
     startup_available_gib: float
@@ -49,9 +53,8 @@ class SchedulerStartup:
         self.custom_all_reduce = self.tp > 1 and not self.args["disable_custom_all_reduce"]
         self._graphs_entered = False
         self.decode_bs: list[int] = []
-        phases = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
-        self.graph_gib = dict.fromkeys(phases, 0.0)
-        self.graph_s = dict.fromkeys(phases, 0.0)
+        self.graph_gib = dict.fromkeys(GRAPH_PHASES, 0.0)
+        self.graph_s = dict.fromkeys(GRAPH_PHASES, 0.0)
 
     def run(self) -> SchedulerReady:
         self._init_parallel()
@@ -143,14 +146,6 @@ class SchedulerStartup:
             self.log.info(f"Memory pool end. avail mem={self.memory.free[rank]:.2f} GB", rank)
         self.pacer.enter("kv_cache")
         return pool
-
-    def _kv_line(self, dtype: str, tokens: int, k_gib: float, v_gib: float) -> str:
-        # memory_pool._finalize_allocation_log: an MLA pool holds one latent tensor, logged as `KV size`.
-        if self.resolved.model.mla:
-            return (
-                f"KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {k_gib + v_gib:.2f} GB"
-            )
-        return f"KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, K size: {k_gib:.2f} GB, V size: {v_gib:.2f} GB"
 
     def _graphs(self) -> None:
         settings = self.resolved.memory
@@ -244,13 +239,12 @@ class SchedulerStartup:
             "load_weight": WEIGHTS_S + (DRAFT_S if self.resolved.draft is not None else 0.0),
             "kv_cache_allocation": KV_S,
             "scheduler_e2e": INIT_S + WEIGHTS_S + KV_S + sum(graph_time.values()) + SCHEDULER_S,
-            **{f"cuda_graph.{k}": v for k, v in graph_time.items()},
         }
         return SchedulerReady(
             pool=pool,
             max_running_requests=running,
             decode_graph_bs=self.decode_bs if settings.decode_backend != "disabled" else [],
-            available_gib=available,
+            graph_s=dict(graph_time),
             graph_gib=dict(self.graph_gib),
             timings=timings,
             weights_per_gpu_gib=(self.plan.target_weights_gib + self.plan.draft_weights_gib) / self.tp,

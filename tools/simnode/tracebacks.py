@@ -69,8 +69,7 @@ _POINTER_TAIL = f"""  File "{_S}/utils/hf_transformers/config.py", line 387, in 
     raise OSError(f"{{e}}") from e
 """
 
-_LONGCAT = f"""Traceback (most recent call last):
-  File "{_S}/utils/hf_transformers/config.py", line 379, in get_config
+_CONFIG_LOOKUP = f"""  File "{_S}/utils/hf_transformers/config.py", line 379, in get_config
     config = parser.parse(
              ^^^^^^^^^^^^^
   File "{_S}/utils/hf_transformers/config.py", line 224, in parse
@@ -88,7 +87,11 @@ _LONGCAT = f"""Traceback (most recent call last):
   File "{SITE}/transformers/utils/hub.py", line 370, in cached_file
     file = cached_files(path_or_repo_id=path_or_repo_id, filenames=[filename], **kwargs)
            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{SITE}/transformers/utils/hub.py", line 595, in cached_files
+"""
+"""get_config down to transformers' cached_file, where both a bad repo id and an offline Hub end."""
+
+_LONGCAT = f"""Traceback (most recent call last):
+{_CONFIG_LOOKUP}  File "{SITE}/transformers/utils/hub.py", line 595, in cached_files
     raise OSError(f"{{e}}") from e
 OSError: @MESSAGE@
 
@@ -193,26 +196,15 @@ def _repo_id_message(path: str) -> str:
     )
 
 
-def model_path_missing(path: str) -> str:
+def path_missing(path: str, *, draft: bool) -> str:
+    """A --model-path (or draft path) that is neither a folder nor a valid Hub repo id."""
     message = _repo_id_message(path)
     chained = _HF_REPO_ID.replace("@MESSAGE@", message)
-    return (
-        chained
-        + _LONGCAT.replace("@MESSAGE@", message)
-        + chained
-        + resolve_failure(_MUSE_SPARK + _POINTER_HEAD + _POINTER_TAIL, f"OSError: {message}")
+    frames = (_DRAFT_CONFIG if draft else _MUSE_SPARK) + _POINTER_HEAD + _POINTER_TAIL
+    failure = (
+        _spec(frames, f"OSError: {message}") if draft else resolve_failure(frames, f"OSError: {message}")
     )
-
-
-def draft_path_missing(path: str) -> str:
-    message = _repo_id_message(path)
-    chained = _HF_REPO_ID.replace("@MESSAGE@", message)
-    return (
-        chained
-        + _LONGCAT.replace("@MESSAGE@", message)
-        + chained
-        + _spec(_DRAFT_CONFIG + _POINTER_HEAD + _POINTER_TAIL, f"OSError: {message}")
-    )
+    return chained + _LONGCAT.replace("@MESSAGE@", message) + chained + failure
 
 
 _HUB_OFFLINE = f"""Traceback (most recent call last):
@@ -238,25 +230,7 @@ The above exception was the direct cause of the following exception:
 
 """
 
-_HUB_OFFLINE_TAIL = f"""  File "{_S}/utils/hf_transformers/config.py", line 379, in get_config
-    config = parser.parse(
-             ^^^^^^^^^^^^^
-  File "{_S}/utils/hf_transformers/config.py", line 224, in parse
-    config = _try_load_longcat_config(model, revision, **kwargs)
-             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{_S}/utils/hf_transformers/config.py", line 162, in _try_load_longcat_config
-    config_dict, _ = PretrainedConfig.get_config_dict(
-                     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{SITE}/transformers/configuration_utils.py", line 792, in get_config_dict
-    config_dict, kwargs = cls._get_config_dict(pretrained_model_name_or_path, **kwargs)
-                          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{SITE}/transformers/configuration_utils.py", line 844, in _get_config_dict
-    resolved_config_file = cached_file(
-                           ^^^^^^^^^^^^
-  File "{SITE}/transformers/utils/hub.py", line 370, in cached_file
-    file = cached_files(path_or_repo_id=path_or_repo_id, filenames=[filename], **kwargs)
-           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{SITE}/transformers/utils/hub.py", line 620, in cached_files
+_HUB_OFFLINE_TAIL = f"""{_CONFIG_LOOKUP}  File "{SITE}/transformers/utils/hub.py", line 620, in cached_files
     raise OSError(
 """
 _HUB_OFFLINE_ERROR = (

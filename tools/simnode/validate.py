@@ -259,12 +259,13 @@ def _steps_topk_tokens(out: dict[str, Any], algo: str, model: ModelConfig) -> No
         return
     if out["speculative_eagle_topk"] is not None or out["speculative_num_draft_tokens"] is not None:
         raise ResolveFailure(tb.spec_steps_missing())
-    if algo == "STANDALONE":
-        auto = (3, 1, 4)
-    elif model.architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"):
-        auto = (5, 4, 8)
-    else:
-        auto = (3, 1, 4)
+    # SGLang's auto choice: a wider tree for the Llama and Grok families, except for a standalone drafter.
+    wide = algo != "STANDALONE" and model.architecture in (
+        "LlamaForCausalLM",
+        "Grok1ForCausalLM",
+        "Grok1VForCausalLM",
+    )
+    auto = (5, 4, 8) if wide else (3, 1, 4)
     out["speculative_num_steps"], out["speculative_eagle_topk"], out["speculative_num_draft_tokens"] = auto
 
 
