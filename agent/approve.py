@@ -6,14 +6,14 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.decision import Fix
-from agent.spec import LaunchSpec
+from specdoctor.playbooks.decision import Fix
+from specdoctor.tools.command import LaunchCommand
 
 
 class Review(BaseModel):
     model_config = ConfigDict(frozen=True)
     approved: bool
-    spec: LaunchSpec | None = Field(
+    spec: LaunchCommand | None = Field(
         default=None, description="The command to launch (a person may have edited it)."
     )
     by: str = "policy"
@@ -28,7 +28,7 @@ class Approver(Protocol):
     def confirm(self, question: str) -> bool: ...
 
     def review(
-        self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = ""
+        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
     ) -> Review: ...
 
 
@@ -44,7 +44,9 @@ class PolicyApprover:
         """Unattended, leave was given up front (--allow-kill), which is why it is asked at all."""
         return True
 
-    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = "") -> Review:
+    def review(
+        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
+    ) -> Review:
         if decision.confidence < self.min_confidence:
             return Review(
                 approved=False,

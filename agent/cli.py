@@ -8,8 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from agent import exitcodes
-from agent.errors import UsageError
+from specdoctor import __version__
+from specdoctor.agent import exitcodes
+from specdoctor.tools.errors import UsageError
 
 DESCRIPTION = """\
 Launch SGLang, watch it start, and when it fails find out why, fix the launch command and try again,
@@ -27,13 +28,13 @@ CMD is the launch command, e.g. `python -m sglang.launch_server --model-path M .
 given after `--` as words or as one quoted line."""
 
 VERBS = {
-    "check": "agent.commands.check",
-    "diagnose": "agent.commands.diagnose",
-    "eval": "agent.commands.evaluate",
-    "deploy": "agent.commands.deploy",
-    "fix": "agent.commands.fix",
-    "demo": "agent.commands.demo",
-    "replay": "agent.commands.replay",
+    "check": "specdoctor.agent.commands.check",
+    "diagnose": "specdoctor.agent.commands.diagnose",
+    "eval": "specdoctor.agent.commands.evaluate",
+    "deploy": "specdoctor.agent.commands.deploy",
+    "fix": "specdoctor.agent.commands.fix",
+    "demo": "specdoctor.agent.commands.demo",
+    "replay": "specdoctor.agent.commands.replay",
 }
 
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=exitcodes.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version="specdoctor 0.1.0")
+    parser.add_argument("--version", action="version", version=f"specdoctor {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for module in VERBS.values():
         importlib.import_module(module).add_parser(sub)
@@ -57,12 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return exitcodes.USAGE
-    from agent.spec import SpecError
-    from tools.catalog_load import CatalogError
+    from specdoctor.tools.catalog_load import CatalogError
+    from specdoctor.tools.command import CommandError
 
     try:
         return int(args.run(args))
-    except (UsageError, SpecError, CatalogError) as exc:
+    except (UsageError, CommandError, CatalogError) as exc:
         print(f"specdoctor {args.verb}: error: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     except KeyboardInterrupt:

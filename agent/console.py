@@ -5,7 +5,7 @@ Plain text when stdout is not a terminal (scripts, CI); colour through rich when
 
 from __future__ import annotations
 
-from agent.events import (
+from specdoctor.agent.events import (
     BudgetEvent,
     DecisionEvent,
     EditEvent,
@@ -17,8 +17,8 @@ from agent.events import (
     StageEvent,
     StopEvent,
 )
-from agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
-from agent.spec import LaunchSpec, diff
+from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
+from specdoctor.tools.command import LaunchCommand, diff
 
 
 class ConsoleSink:
@@ -93,7 +93,7 @@ class ConsoleSink:
             self.out.line(f"          warning: {error} (skipped; please report it)", "yellow")
 
     def _edit(self, e: EditEvent) -> None:
-        old, new = LaunchSpec.parse(e.old_command), LaunchSpec.parse(e.new_command)
+        old, new = LaunchCommand.parse(e.old_command), LaunchCommand.parse(e.new_command)
         self.out.line(f"{self._t(e)} change:", "bold")
         diff_lines(self.out, diff(old, new, self.canon), indent="          ")
 

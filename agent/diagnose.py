@@ -13,19 +13,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent.decision import Decision, Fix, Retry, Stop
-from agent.errors import UsageError
-from agent.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
-from agent.planner import ChainPlanner, Planner, PlaybookPlanner
-from agent.preflight import facts, preflight
-from agent.spec import LaunchSpec
-from playbooks.base import Context
-from playbooks.view import SpecView
-from tools.catalog import FlagCatalog
-from tools.gpu import GpuReport, parse_gpus_description
-from tools.log_cause import RootCause
-from tools.logs import compact, extract_root_cause, scan_file
-from tools.system import ModelFacts
+from specdoctor.agent.planner import ChainPlanner, Planned, Planner, PlaybookPlanner
+from specdoctor.agent.preflight import facts, preflight
+from specdoctor.playbooks.base import Context
+from specdoctor.playbooks.decision import Decision, Fix, Retry, Stop
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.errors import UsageError
+from specdoctor.tools.gpu import GpuReport, parse_gpus_description
+from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.logs import compact, extract_root_cause, scan_file
+from specdoctor.tools.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
+from specdoctor.tools.system import ModelFacts
 
 _RUN_START = re.compile(r"server_args=")
 _ACCEPT = re.compile(r"accept[ _]len(?:gth)?[\"']?\s*[:=]\s*([0-9]+(?:\.[0-9]+)?)", re.I)
@@ -95,13 +95,13 @@ def outcome_from_log(
 
 
 def context_for(
-    spec: LaunchSpec,
+    spec: LaunchCommand,
     catalog: FlagCatalog,
     lines: list[str],
     *,
     gpus: GpuReport | None = None,
     outcome: Outcome | None = None,
-    tried: tuple[LaunchSpec, ...] = (),
+    tried: tuple[LaunchCommand, ...] = (),
     log_text: str | None = None,
     root: RootCause | None = None,
     model: ModelFacts | None = None,
@@ -110,7 +110,7 @@ def context_for(
     """Everything a planner sees. Model and draft facts are read from their config.json here unless given
     (replay passes the recorded ones, since the folders need not exist on this machine)."""
     root = root or extract_root_cause(lines)
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     if model is None and draft is None:
         model, draft = facts(view)
     report = preflight(spec, catalog, gpus=gpus, host=False)
@@ -129,14 +129,14 @@ def context_for(
 
 
 def context_from_file(
-    spec: LaunchSpec,
+    spec: LaunchCommand,
     catalog: FlagCatalog,
     log: Path,
     *,
     gpus: GpuReport | None = None,
     exit_kind: str | None = None,
     outcome: Outcome | None = None,
-    tried: tuple[LaunchSpec, ...] = (),
+    tried: tuple[LaunchCommand, ...] = (),
 ) -> Context:
     """Like context_for, for a log file of any size (read in bounded memory). `outcome` is what a watcher
     saw; without one it is inferred from the log."""
@@ -166,8 +166,8 @@ def default_planner(
     llm: Planner | None = None, notes: tuple[str, ...] = (), playbooks_dir: Path | None = None
 ) -> ChainPlanner:
     """Built-in and user playbooks first, then the LLM if one is configured."""
-    from playbooks.registry import all_playbooks
-    from playbooks.user import user_playbooks
+    from specdoctor.playbooks.registry import all_playbooks
+    from specdoctor.playbooks.user import user_playbooks
 
     planners: list[Planner] = [PlaybookPlanner([*user_playbooks(playbooks_dir), *all_playbooks()])]
     if llm is not None:
@@ -175,8 +175,15 @@ def default_planner(
     return ChainPlanner(planners, notes)
 
 
+def plan(ctx: Context, planner: Planner | None = None) -> Planned:
+    """The first decision about a failure, with which planner made it (never None: the chain stops)."""
+    planned = (planner or default_planner()).plan(ctx)
+    assert planned.decision is not None
+    return planned
+
+
 def decide(ctx: Context, planner: Planner | None = None) -> Decision:
-    decision = (planner or default_planner()).decide(ctx)
+    decision = plan(ctx, planner).decision
     assert decision is not None
     return decision
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.spec import LaunchSpec
-from tools.catalog import FlagCatalog
-from tools.catalog_load import bundled
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
 
 
 class CaseScore(BaseModel):
@@ -36,7 +36,7 @@ def _accepted_as(catalog: FlagCatalog, written: str) -> str | None:
     return r.flag.name if r.flag is not None and r.accepted_by_engine else None
 
 
-def flag_value(spec: LaunchSpec, flag: str, catalog: FlagCatalog) -> tuple[bool, str | None]:
+def flag_value(spec: LaunchCommand, flag: str, catalog: FlagCatalog) -> tuple[bool, str | None]:
     """(present, last value) of a canonical flag in a command."""
     want = catalog.canonical(flag)
     found = [o for o in spec.options() if _accepted_as(catalog, o.name) == want]
@@ -47,7 +47,7 @@ def flag_value(spec: LaunchSpec, flag: str, catalog: FlagCatalog) -> tuple[bool,
 
 
 def satisfies(
-    constraint: dict[str, Any], spec: LaunchSpec | None, stop_category: str | None, catalog: FlagCatalog
+    constraint: dict[str, Any], spec: LaunchCommand | None, stop_category: str | None, catalog: FlagCatalog
 ) -> bool:
     if "stop_category" in constraint:
         return stop_category is not None and stop_category == constraint["stop_category"]
@@ -89,7 +89,7 @@ def score_case(
     """Score one `diagnose --json` answer against its case."""
     catalog = catalog or bundled("0.5.23")
     action = contract["action"]
-    spec = LaunchSpec.parse(contract["command"]) if action == "fix" else None
+    spec = LaunchCommand.parse(contract["command"]) if action == "fix" else None
     stop_category = contract["category"] if action == "stop" else None
     if case.get("action") == "stop":
         solved = action == "stop"

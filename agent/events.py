@@ -16,21 +16,27 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Annotated, Any, Literal, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from agent.decision import Decision, Finding
-from agent.outcome import Outcome
-from agent.redact import redact, redact_argv, redact_env
-from agent.spec import Edit, LaunchSpec
-from tools.gpu import GpuReport
-from tools.log_cause import RootCause
-from tools.system import ModelFacts
+from specdoctor.agent.redact import redact, redact_argv, redact_env
+from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.system import ModelFacts
+
+if TYPE_CHECKING:
+    from specdoctor.agent.planner import Planned
+    from specdoctor.agent.preflight import PreflightReport
+    from specdoctor.agent.results import LoopResult
+    from specdoctor.playbooks.base import Context
 
 RunMode = Literal["deploy", "fix", "replay", "demo"]
 ToolStatus = Literal["ok", "error", "no_data"]
-ResultKind = Literal["healthy", "stopped", "budget", "interrupted", "error"]
+ResultKind = Literal["healthy", "stopped", "budget", "interrupted"]
 
 TOOL_TEXT_LIMIT = 4000
 """Characters of a tool's result text kept in an event; the rest is cut, so a transcript stays small."""
@@ -97,7 +103,7 @@ class RunStartEvent(_Event):
     fingerprint: EnvFingerprint = Field(default_factory=EnvFingerprint.current)
 
     @classmethod
-    def for_spec(cls, spec: LaunchSpec, *, mode: RunMode, **fields: Any) -> RunStartEvent:
+    def for_spec(cls, spec: LaunchCommand, *, mode: RunMode, **fields: Any) -> RunStartEvent:
         return cls(command=spec.shell(), argv=tuple(spec.argv()), env=spec.env_dict(), mode=mode, **fields)
 
 
@@ -106,6 +112,14 @@ class PreflightEvent(_Event):
     findings: tuple[Finding, ...] = ()
     corrected_command: str = Field(description="The command with every finding's fix applied.")
     elapsed_ms: float = 0.0
+
+    @classmethod
+    def for_report(cls, report: PreflightReport) -> PreflightEvent:
+        return cls(
+            findings=report.findings,
+            corrected_command=report.corrected.shell(),
+            elapsed_ms=round(report.elapsed_s * 1000, 2),
+        )
 
 
 class LaunchEvent(_Event):
@@ -117,7 +131,7 @@ class LaunchEvent(_Event):
     pid: int | None = None
 
     @classmethod
-    def for_spec(cls, spec: LaunchSpec, *, attempt: int, **fields: Any) -> LaunchEvent:
+    def for_spec(cls, spec: LaunchCommand, *, attempt: int, **fields: Any) -> LaunchEvent:
         return cls(attempt=attempt, command=spec.shell(), argv=tuple(spec.argv()), **fields)
 
 
@@ -190,6 +204,17 @@ class DecisionEvent(_Event):
     def tokens(self) -> int:
         return (self.prompt_tokens or 0) + (self.completion_tokens or 0)
 
+    @classmethod
+    def for_planned(cls, attempt: int, planned: Planned) -> DecisionEvent:
+        return cls(
+            attempt=attempt,
+            planner=planned.planner,
+            decision=planned.decision,
+            prompt_tokens=planned.prompt_tokens,
+            completion_tokens=planned.completion_tokens,
+            rule_errors=planned.rule_errors,
+        )
+
 
 class ApprovalEvent(_Event):
     type: Literal["approval"] = "approval"
@@ -242,6 +267,17 @@ class EvidenceEvent(_Event):
     model: ModelFacts | None = Field(default=None, description="The target's config.json facts.")
     draft: ModelFacts | None = Field(default=None, description="The draft's config.json facts.")
 
+    @classmethod
+    def for_context(cls, attempt: int, ctx: Context) -> EvidenceEvent:
+        return cls(
+            attempt=attempt,
+            root_cause=ctx.root,
+            log_text=ctx.log_text,
+            gpus=ctx.gpus,
+            model=ctx.model,
+            draft=ctx.draft,
+        )
+
 
 class StopEvent(_Event):
     type: Literal["stop"] = "stop"
@@ -249,6 +285,15 @@ class StopEvent(_Event):
     message: str = Field(description="One line: how the run ended and what to do next.")
     final_command: str | None = Field(default=None, description="The command that worked, if any.")
     exit_code: int
+
+    @classmethod
+    def for_result(cls, result: LoopResult) -> StopEvent:
+        return cls(
+            result=result.kind,
+            message=result.message,
+            final_command=result.final_command if result.kind == "healthy" else None,
+            exit_code=result.exit_code,
+        )
 
 
 Event = Annotated[
@@ -302,7 +347,7 @@ def parse_event(data: Any) -> Event:
 
 
 def redact_payload(data: Any) -> Any:
-    """JSON-like data ready to be written: `agent.redact.redact` over every string, after masking the
+    """JSON-like data ready to be written: `specdoctor.agent.redact.redact` over every string, after masking the
     secrets only the data's shape reveals (an argv token after `--api-key`, an edit setting `--api-key`,
     `set_env HF_TOKEN`), which a string-by-string pass cannot see."""
     return redact(_mask_by_shape(data))

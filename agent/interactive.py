@@ -18,9 +18,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from agent.approve import Review
-from agent.decision import Fix
-from agent.spec import LaunchSpec, SpecError
+from specdoctor.agent.approve import Review
+from specdoctor.playbooks.decision import Fix
+from specdoctor.tools.command import CommandError, LaunchCommand
 
 EDIT_PROMPT = "command> "
 ACTIONS = ("accept", "edit", "llm", "quit")
@@ -37,7 +37,7 @@ def editor_command() -> list[str] | None:
     return None
 
 
-def multiline(spec: LaunchSpec) -> str:
+def multiline(spec: LaunchCommand) -> str:
     """The command one flag a line with backslash continuations, as people write long commands."""
     head = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in spec.env), *map(shlex.quote, spec.entrypoint)])
     lines = [head, *(" ".join(map(shlex.quote, a.tokens())) for a in spec.args)]
@@ -95,7 +95,9 @@ class InteractiveApprover:
                 return False
             self._say("answer y or n", "yellow")
 
-    def review(self, old: LaunchSpec, decision: Fix, new: LaunchSpec, attempt: int, note: str = "") -> Review:
+    def review(
+        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
+    ) -> Review:
         self.before_prompt()
         if note:
             self._say(note, "bold yellow")
@@ -130,7 +132,7 @@ class InteractiveApprover:
             return Review(approved=True, spec=edited, by="user", note="edited by the user")
 
     # ---- editing ---------------------------------------------------------------------------------
-    def _edit_inline(self, old: LaunchSpec, new: LaunchSpec, attempt: int) -> LaunchSpec | None:
+    def _edit_inline(self, old: LaunchCommand, new: LaunchCommand, attempt: int) -> LaunchCommand | None:
         """Edit the proposed line until it is a valid command; an empty line goes back to the menu."""
         self._say("edit the command (only flags and environment may change; empty line: back)", "dim")
         text = new.shell()
@@ -144,8 +146,8 @@ class InteractiveApprover:
                 return spec
 
     def _edit_in_editor(
-        self, editor: list[str], old: LaunchSpec, new: LaunchSpec, attempt: int
-    ) -> LaunchSpec | None:
+        self, editor: list[str], old: LaunchCommand, new: LaunchCommand, attempt: int
+    ) -> LaunchCommand | None:
         with tempfile.TemporaryDirectory(prefix="specdoctor-") as tmp:
             path = Path(tmp) / "command.sh"
             path.write_text(multiline(new))
@@ -164,11 +166,11 @@ class InteractiveApprover:
             return None
         return self._check(text, old, new, attempt)
 
-    def _check(self, text: str, old: LaunchSpec, new: LaunchSpec, attempt: int) -> LaunchSpec | None:
+    def _check(self, text: str, old: LaunchCommand, new: LaunchCommand, attempt: int) -> LaunchCommand | None:
         """The edited command, or None after saying in one line why it cannot be launched."""
         try:
-            spec = LaunchSpec.parse(text)
-        except SpecError as exc:
+            spec = LaunchCommand.parse(text)
+        except CommandError as exc:
             self._say(f"✗ {exc}", "bold red")
             return None
         if spec.entrypoint not in (old.entrypoint, new.entrypoint):

@@ -1,4 +1,4 @@
-"""Launchers start the engine for a LaunchSpec and know the node it runs on.
+"""Launchers start the engine for a LaunchCommand and know the node it runs on.
 
 `RealLauncher` runs the command's own argv (never a shell). `SimulatedLauncher` runs the same arguments
 against the built-in simulated GPU node (`tools/simnode`), so the whole loop can be exercised without a GPU.
@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from agent.spec import LaunchSpec
-from tools.gpu import Gpu, GpuProcess, GpuReport, build_report
-from tools.process import EngineProcess
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
+from specdoctor.tools.process import EngineProcess
 
 
 class Launcher(Protocol):
     name: str
 
-    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess: ...
+    def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess: ...
 
     def gpus(self) -> GpuReport: ...
 
@@ -33,27 +33,27 @@ class RealLauncher:
 
     name = "real"
 
-    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess:
+    def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess:
         return EngineProcess.start(spec.argv(), {**os.environ, **spec.env_dict()}, log_path, to_file=to_file)
 
     def gpus(self) -> GpuReport:
-        from tools.gpu import inspect
+        from specdoctor.tools.gpu import inspect
 
         return inspect()
 
     def free_gpus(self, processes: list[GpuProcess]) -> str:
-        from tools.foreign import terminate_foreign
+        from specdoctor.tools.foreign import terminate_foreign
 
         return terminate_foreign([p.pid for p in processes])
 
 
 class SimulatedLauncher:
-    """Runs `python -m tools.simnode <the command's arguments>` on a described node (a profile)."""
+    """Runs `python -m specdoctor.tools.simnode <the command's arguments>` on a described node (a profile)."""
 
     name = "simulated"
 
     def __init__(self, profile: str, speed: float = 1.0) -> None:
-        from tools.simnode.profile import load_profile
+        from specdoctor.tools.simnode.profile import load_profile
 
         self.profile_name = profile
         self.profile = load_profile(profile)
@@ -61,7 +61,7 @@ class SimulatedLauncher:
         self._edited: Path | None = None
         """The temporary profile `free_gpus` wrote; removed when replaced and at exit."""
 
-    def argv(self, spec: LaunchSpec) -> list[str]:
+    def argv(self, spec: LaunchCommand) -> list[str]:
         args = spec.argv()[len(spec.entrypoint) :]
         if (
             spec.is_serve_cli
@@ -72,9 +72,9 @@ class SimulatedLauncher:
             # `sglang serve MODEL` is `--model-path MODEL` to the server; the simulated entry has no `serve`.
             model = spec.positionals()[0]
             args = ["--model-path", model, *[a for a in args if a != model]]
-        return [sys.executable, "-m", "tools.simnode", *args]
+        return [sys.executable, "-m", "specdoctor.tools.simnode", *args]
 
-    def start(self, spec: LaunchSpec, log_path: Path, to_file: bool = False) -> EngineProcess:
+    def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess:
         env = {
             **os.environ,
             **spec.env_dict(),

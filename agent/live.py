@@ -16,8 +16,7 @@ from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.text import Text
 
-from agent.decision import Decision, Finding, Fix, Stop
-from agent.events import (
+from specdoctor.agent.events import (
     ApprovalEvent,
     BudgetEvent,
     DecisionEvent,
@@ -32,8 +31,9 @@ from agent.events import (
     StopEvent,
     ToolCallEvent,
 )
-from agent.render import DIFF_STYLE, OUTCOME_STYLE
-from agent.spec import Canon, DiffLine, LaunchSpec, diff
+from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE
+from specdoctor.playbooks.decision import Decision, Finding, Fix, Stop
+from specdoctor.tools.command import Canon, DiffLine, LaunchCommand, diff
 
 _SEVERITY = {"error": ("✗", "red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 _EVIDENCE_LINES = 5
@@ -181,10 +181,10 @@ class LiveView:
         self._live_lock = threading.RLock()
         self.max_launches: int | None = None
         self.supervise = False
-        self.command: LaunchSpec | None = None
+        self.command: LaunchCommand | None = None
         self.findings: tuple[Finding, ...] = ()
-        self.corrected: LaunchSpec | None = None
-        self.proposed: LaunchSpec | None = None
+        self.corrected: LaunchCommand | None = None
+        self.proposed: LaunchCommand | None = None
 
     # ---- the sink --------------------------------------------------------------------------------
     def handle(self, event: Event) -> None:
@@ -218,15 +218,16 @@ class LiveView:
     # ---- events ----------------------------------------------------------------------------------
     def _run_start(self, e: RunStartEvent) -> None:
         self.max_launches = e.policy.get("budget", {}).get("max_launches")
-        self.supervise = bool(e.policy.get("supervise"))
-        self.command = LaunchSpec.parse(e.command)
+        # `supervise` is how transcripts written before `when_healthy` said it.
+        self.supervise = e.policy.get("when_healthy") == "supervise" or bool(e.policy.get("supervise"))
+        self.command = LaunchCommand.parse(e.command)
         self.console.print(Text(f"specdoctor {e.mode} · {e.catalog_note}", style="dim"))
         self.console.print(Text(f"node: {e.gpu_summary}", style="dim"))
         self.console.print(Text(f"command: {e.command}"), soft_wrap=True)
 
     def _preflight(self, e: PreflightEvent) -> None:
         self.findings = tuple(f for f in e.findings if f.severity != "info")
-        self.corrected = LaunchSpec.parse(e.corrected_command)
+        self.corrected = LaunchCommand.parse(e.corrected_command)
         if not self.findings:
             self.console.print(Text(f"preflight: no problems ({e.elapsed_ms:.0f} ms)", style="green"))
 
@@ -291,7 +292,7 @@ class LiveView:
             self._print(Text(f"{verdict} by policy: {e.note}", style="dim"))
 
     def _edit(self, e: EditEvent) -> None:
-        old, new = LaunchSpec.parse(e.old_command), LaunchSpec.parse(e.new_command)
+        old, new = LaunchCommand.parse(e.old_command), LaunchCommand.parse(e.new_command)
         if self.proposed is not None and new != self.proposed:
             self._print(Text("the change as you edited it:", style="bold"))
             self.console.print(diff_text(diff(old, new, self.canon)))

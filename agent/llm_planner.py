@@ -17,9 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.decision import CATEGORIES, Category, Decision, Fix, Stop
-from agent.llm import AnswerMode, LLMClient, LLMConfig, LLMError, Reply, Usage
-from agent.llm_tools import (
+from specdoctor.agent.llm import AnswerMode, LLMClient, LLMConfig, LLMError, Reply, Usage
+from specdoctor.agent.llm_tools import (
     TOOL_NAMES,
     TOOLS,
     Toolbox,
@@ -31,11 +30,13 @@ from agent.llm_tools import (
     redacted_command,
     untrusted,
 )
-from agent.redact import MASK, redact_text
-from agent.spec import Edit, LaunchSpec
-from playbooks.base import Context
-from tools.log_cause import RootCause
-from tools.system import looks_local, model_facts
+from specdoctor.agent.planner import Planned
+from specdoctor.agent.redact import MASK, redact_text
+from specdoctor.playbooks.base import Context
+from specdoctor.playbooks.decision import CATEGORIES, Category, Decision, Fix, Stop
+from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.system import looks_local, model_facts
 
 PROMPT_LOG_CHARS = 8000
 """The log section of the prompt is cut to this: the root-cause block first, then the compacted log."""
@@ -280,7 +281,7 @@ def build_messages(
 def findings_text(ctx: Context, host: bool) -> list[str]:
     findings = ctx.findings
     if not findings:
-        from agent.preflight import preflight
+        from specdoctor.agent.preflight import preflight
 
         findings = preflight(ctx.spec, ctx.catalog, gpus=ctx.gpus, host=host).findings
     lines = []
@@ -293,7 +294,7 @@ def findings_text(ctx: Context, host: bool) -> list[str]:
 def models_text(ctx: Context, host: bool) -> list[str]:
     model, draft = ctx.model, ctx.draft
     if host and (model is None or draft is None):
-        from agent.preflight import facts
+        from specdoctor.agent.preflight import facts
 
         found = facts(ctx.view)
         model, draft = model or found[0], draft or found[1]
@@ -370,6 +371,17 @@ class LLMPlanner:
     def budget_left(self) -> int:
         return max(0, self.config.token_budget - self.usage.total_tokens)
 
+    def plan(self, ctx: Context) -> Planned:
+        """The decision with the tokens it cost, or no decision and why."""
+        decision = self.decide(ctx)
+        return Planned(
+            decision=decision,
+            planner=self.name,
+            prompt_tokens=self.last_usage.prompt_tokens,
+            completion_tokens=self.last_usage.completion_tokens,
+            note=self.note or "",
+        )
+
     def decide(self, ctx: Context) -> Decision | None:
         self.note = None
         if self._disabled:
@@ -412,7 +424,7 @@ class LLMPlanner:
         problems = [p for e in proposal.edits for p in self._policy(ctx, e)]
         if problems:
             return problems
-        from agent.preflight import validate_edits
+        from specdoctor.agent.preflight import validate_edits
 
         problems = validate_edits(ctx.spec, proposal.edits, ctx.catalog, gpus=ctx.gpus, host=self.host)
         if not problems and ctx.already_tried(proposal.edits):
@@ -466,7 +478,7 @@ def _edit_values(edit: Edit) -> tuple[str, ...]:
     return tuple(getattr(edit, "values", None) or ())
 
 
-def _path_problems(spec: LaunchSpec, flag: str, values: Sequence[str]) -> list[str]:
+def _path_problems(spec: LaunchCommand, flag: str, values: Sequence[str]) -> list[str]:
     """A model/draft/tokenizer path the model writes must already be in the command or be a folder here
     (a model folder with config.json for the model flags)."""
     already = set(spec.argv())

@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.redact import MASK, is_secret_flag, redact_env, redact_text
-from agent.spec import LaunchSpec, Option, Positional, diff
-from playbooks.base import Context
-from tools.flag_synonyms import Synonym
-from tools.gpu import GpuReport
-from tools.system import ModelFacts, model_facts, port_is_free
+from specdoctor.agent.redact import MASK, is_secret_flag, redact_env, redact_text
+from specdoctor.playbooks.base import Context
+from specdoctor.tools.command import LaunchCommand, Option, Positional, diff
+from specdoctor.tools.flag_synonyms import Synonym
+from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.system import ModelFacts, model_facts, port_is_free
 
 MAX_RESULT_CHARS = 4000
 LOG_WINDOW_BYTES = 32 << 20
@@ -170,7 +170,7 @@ def plain_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 # ---- rendering shared with the planner -----------------------------------------------------------
 
 
-def redacted_spec(spec: LaunchSpec) -> LaunchSpec:
+def redacted_spec(spec: LaunchCommand) -> LaunchCommand:
     """The command with every secret masked: values of secret flags and env vars, key-like tokens anywhere."""
     args: list[Option | Positional] = []
     for a in spec.args:
@@ -187,7 +187,7 @@ def redacted_spec(spec: LaunchSpec) -> LaunchSpec:
     return spec.model_copy(update={"env": env, "args": tuple(args)})
 
 
-def redacted_command(spec: LaunchSpec) -> str:
+def redacted_command(spec: LaunchCommand) -> str:
     """The command as a shell line with every secret masked; `***` stays unquoted so it reads as a mask."""
     masked = redacted_spec(spec)
     env = [f"{k}={_quote(v)}" for k, v in masked.env]
@@ -367,7 +367,7 @@ class Toolbox:
         if self._lines is None:
             path = self.ctx.outcome.log_path
             if path and Path(path).is_file():
-                from tools.logs import read_tail
+                from specdoctor.tools.logs import read_tail
 
                 size = Path(path).stat().st_size
                 lines = read_tail(path, LOG_WINDOW_BYTES)
@@ -421,7 +421,7 @@ class Toolbox:
             )
         if report is None:
             if self._inspect_gpus is None:
-                from tools.gpu import inspect
+                from specdoctor.tools.gpu import inspect
 
                 self._inspect_gpus = inspect
             report = self._inspect_gpus()

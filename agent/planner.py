@@ -6,16 +6,37 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from agent.decision import Decision, Stop
-from playbooks.base import Context, Playbook
+from pydantic import BaseModel, ConfigDict, Field
+
+from specdoctor.playbooks.base import Context, Playbook
+from specdoctor.playbooks.decision import Decision, Stop
+
+
+class Planned(BaseModel):
+    """A planner's answer with what it took: which planner decided, the tokens it spent, the rules that
+    broke on the way, and (when it did not decide) why."""
+
+    model_config = ConfigDict(frozen=True)
+    decision: Decision | None
+    planner: str = Field(description="`playbooks`, `llm`, `none` (no rule matched) or `preflight`.")
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    rule_errors: tuple[str, ...] = Field(
+        default=(), description="Rules that raised (skipped), one line each."
+    )
+    note: str = Field(default="", description="Why there is no decision, when there is none.")
+
+    @property
+    def total_tokens(self) -> int:
+        return (self.prompt_tokens or 0) + (self.completion_tokens or 0)
 
 
 class Planner(Protocol):
-    """Anything that can decide what to do about a failed launch; None means "not mine"."""
+    """Anything that can decide what to do about a failed launch; a None decision means "not mine"."""
 
     name: str
 
-    def decide(self, ctx: Context) -> Decision | None: ...
+    def plan(self, ctx: Context) -> Planned: ...
 
 
 class PlaybookPlanner:
@@ -25,22 +46,22 @@ class PlaybookPlanner:
 
     def __init__(self, playbooks: Iterable[Playbook] | None = None) -> None:
         if playbooks is None:
-            from playbooks.registry import all_playbooks
+            from specdoctor.playbooks.registry import all_playbooks
 
             playbooks = all_playbooks()
         self.playbooks: tuple[Playbook, ...] = tuple(sorted(playbooks, key=lambda p: p.priority))
-        self.errors: list[str] = []
 
-    def decide(self, ctx: Context) -> Decision | None:
+    def plan(self, ctx: Context) -> Planned:
+        errors: list[str] = []
         for pb in self.playbooks:
             try:
                 decision = pb.run(ctx)
             except Exception as exc:  # a broken rule must not cost the diagnosis; the next rule gets its turn
-                self.errors.append(f"playbook {pb.id} failed: {type(exc).__name__}: {exc}")
+                errors.append(f"playbook {pb.id} failed: {type(exc).__name__}: {exc}")
                 continue
             if decision is not None:
-                return decision
-        return None
+                return Planned(decision=decision, planner=self.name, rule_errors=tuple(errors))
+        return Planned(decision=None, planner=self.name, rule_errors=tuple(errors))
 
 
 class ChainPlanner:
@@ -51,27 +72,15 @@ class ChainPlanner:
     def __init__(self, planners: Sequence[Planner], notes: Sequence[str] = ()) -> None:
         self.planners = tuple(planners)
         self.notes = tuple(notes)
-        self.last_planner = ""
-        """`playbooks`, `llm` or `none`: which planner made the last decision."""
 
-    def decide(self, ctx: Context) -> Decision:
+    def plan(self, ctx: Context) -> Planned:
+        errors: list[str] = []
         for planner in self.planners:
-            decision = planner.decide(ctx)
-            if decision is not None:
-                self.last_planner = planner.name
-                return decision
-        self.last_planner = "none"
-        return no_rule_matched(ctx, self.notes)
-
-    def take_errors(self) -> tuple[str, ...]:
-        """The rule failures since the last call, from every planner that records them."""
-        taken: list[str] = []
-        for planner in self.planners:
-            errors = getattr(planner, "errors", None)
-            if errors:
-                taken.extend(errors)
-                errors.clear()
-        return tuple(taken)
+            planned = planner.plan(ctx)
+            errors.extend(planned.rule_errors)
+            if planned.decision is not None:
+                return planned.model_copy(update={"rule_errors": tuple(errors)})
+        return Planned(decision=no_rule_matched(ctx, self.notes), planner="none", rule_errors=tuple(errors))
 
 
 def no_rule_matched(ctx: Context, notes: Sequence[str] = ()) -> Stop:

@@ -13,25 +13,25 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.decision import Finding
-from agent.spec import Edit, LaunchSpec
-from playbooks.flag_checks import check_flags
-from playbooks.host_checks import check_gpu_presence, check_model, check_parallel, check_port
-from playbooks.spec_checks import check_speculative
-from playbooks.view import SpecView
-from tools.catalog import FlagCatalog
-from tools.system import ModelFacts, model_facts
+from specdoctor.playbooks.decision import Finding, Fix, Stop
+from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.playbooks.host_checks import check_gpu_presence, check_model, check_parallel, check_port
+from specdoctor.playbooks.spec_checks import check_speculative
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.system import ModelFacts, model_facts
 
 if TYPE_CHECKING:
-    from tools.gpu import GpuReport
+    from specdoctor.tools.gpu import GpuReport
 
 _ROUNDS = 3
 
 
 class PreflightReport(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, defer_build=True)
-    original: LaunchSpec
-    corrected: LaunchSpec
+    original: LaunchCommand
+    corrected: LaunchCommand
     findings: tuple[Finding, ...]
     catalog_note: str = ""
     elapsed_s: float = 0.0
@@ -53,9 +53,33 @@ class PreflightReport(BaseModel):
     def edits(self) -> tuple[Edit, ...]:
         return tuple(e for f in self.problems for e in f.edits)
 
+    def decision(self) -> Fix | Stop | None:
+        """What the loop does before launching: stop at a fault nobody can fix, apply the fixes, or go."""
+        if self.unfixed:
+            f = self.unfixed[0]
+            return Stop(
+                category=f.category,
+                summary=f.message,
+                advice="Fix it by hand; `specdoctor check` shows the details.",
+                evidence=f.evidence,
+                playbook="preflight",
+            )
+        if not self.edits():
+            return None
+        lead = self.problems[0]
+        return Fix(
+            category=lead.category,
+            summary=f"{len(self.problems)} problem(s) found before launch: {lead.message}",
+            edits=self.edits(),
+            why=" ".join(f.why for f in self.problems if f.why),
+            evidence=lead.evidence,
+            playbook="preflight",
+            confidence=min(f.confidence for f in self.problems),
+        )
+
 
 def preflight(
-    spec: LaunchSpec,
+    spec: LaunchCommand,
     catalog: FlagCatalog,
     *,
     gpus: GpuReport | None = None,
@@ -86,11 +110,11 @@ def preflight(
     )
 
 
-def _check(spec: LaunchSpec, catalog: FlagCatalog, gpus: GpuReport | None, host: bool) -> list[Finding]:
+def _check(spec: LaunchCommand, catalog: FlagCatalog, gpus: GpuReport | None, host: bool) -> list[Finding]:
     flags = check_flags(spec, catalog)
     if any(f.severity == "error" and f.edits for f in flags):
         return flags  # fix names first: the rules below read flags by their canonical names
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     model, draft = facts(view) if host else (None, None)
     found = flags + check_speculative(spec, catalog, model, draft)
     if host:
@@ -101,7 +125,7 @@ def _check(spec: LaunchSpec, catalog: FlagCatalog, gpus: GpuReport | None, host:
     return found
 
 
-def facts(view: SpecView) -> tuple[ModelFacts | None, ModelFacts | None]:
+def facts(view: CommandView) -> tuple[ModelFacts | None, ModelFacts | None]:
     """config.json facts of the target and the draft model, where they can be read here."""
     model_path = view.get("--model-path") or (
         view.spec.positionals()[0] if view.spec.is_serve_cli and view.spec.positionals() else None
@@ -111,7 +135,7 @@ def facts(view: SpecView) -> tuple[ModelFacts | None, ModelFacts | None]:
 
 
 def validate_edits(
-    spec: LaunchSpec,
+    spec: LaunchCommand,
     edits: Sequence[Edit],
     catalog: FlagCatalog,
     *,

@@ -6,8 +6,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from agent.decision import Finding
-from agent.spec import DiffLine
+from specdoctor.playbooks.decision import Finding
+from specdoctor.tools.command import DiffLine
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agent.decision import Decision, Fix
-from agent.diagnose import context_for, default_planner
-from agent.events import EvidenceEvent, PreflightEvent
-from agent.planner import Planner
-from agent.preflight import preflight
-from agent.spec import LaunchSpec, diff
-from agent.transcript import Transcript
-from tools.catalog import FlagCatalog
-from tools.catalog_load import bundled, bundled_versions
+from specdoctor.agent.diagnose import context_for, default_planner
+from specdoctor.agent.events import EvidenceEvent, PreflightEvent
+from specdoctor.agent.planner import Planner
+from specdoctor.agent.preflight import preflight
+from specdoctor.agent.transcript import Transcript
+from specdoctor.playbooks.decision import Decision, Fix
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.catalog_load import bundled, bundled_versions
+from specdoctor.tools.command import LaunchCommand, diff
 
 # Findings that depend on the machine the run happened on; replay keeps their recorded fixes.
 HOST_FINDINGS = frozenset(
@@ -52,13 +52,13 @@ def catalog_of(transcript: Transcript) -> FlagCatalog:
     return bundled(version)
 
 
-def _describe(decision: Decision, spec: LaunchSpec, catalog: FlagCatalog) -> str:
+def _describe(decision: Decision, spec: LaunchCommand, catalog: FlagCatalog) -> str:
     if isinstance(decision, Fix):
         return f"fix [{decision.category}] → {spec.apply_all(decision.edits, catalog.canonical).shell()}"
     return f"{decision.action} [{decision.category}] {decision.summary}"
 
 
-def _same(a: Decision, b: Decision, spec: LaunchSpec, catalog: FlagCatalog) -> bool:
+def _same(a: Decision, b: Decision, spec: LaunchCommand, catalog: FlagCatalog) -> bool:
     if a.action != b.action or a.category != b.category:
         return False
     if isinstance(a, Fix) and isinstance(b, Fix):
@@ -70,12 +70,12 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
     catalog = catalog_of(transcript)
     planner = planner or default_planner()
     steps = [step for step in [_preflight_step(transcript, catalog)] if step is not None]
-    tried: list[LaunchSpec] = []
+    tried: list[LaunchCommand] = []
     for group in transcript.attempts():
         launch, outcome, recorded = group.launch, group.outcome, group.decision
         if launch is None:
             continue
-        spec = LaunchSpec.parse(launch.command)
+        spec = LaunchCommand.parse(launch.command)
         tried.append(spec)
         evidence = next((e for e in group.events if isinstance(e, EvidenceEvent)), None)
         if outcome is None or recorded is None:
@@ -109,14 +109,14 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
             model=evidence.model,
             draft=evidence.draft,
         )
-        today = planner.decide(ctx)
+        today = planner.plan(ctx).decision
         assert today is not None
         steps.append(_compare(group.number, "decision", recorded.decision, today, spec, catalog))
     return steps
 
 
 def _compare(
-    attempt: int, what: str, recorded: Decision, today: Decision, spec: LaunchSpec, catalog: FlagCatalog
+    attempt: int, what: str, recorded: Decision, today: Decision, spec: LaunchCommand, catalog: FlagCatalog
 ) -> Step:
     same = _same(recorded, today, spec, catalog)
     changes: list[str] = []
@@ -139,13 +139,13 @@ def _preflight_step(transcript: Transcript, catalog: FlagCatalog) -> Step | None
     recorded = next((e for e in transcript.events if isinstance(e, PreflightEvent)), None)
     if start is None or recorded is None:
         return None
-    spec = LaunchSpec.parse(start.command)
+    spec = LaunchCommand.parse(start.command)
     host_edits = [
         e for f in recorded.findings if f.code in HOST_FINDINGS and f.severity != "info" for e in f.edits
     ]
     today = preflight(spec, catalog, host=False)
     today_cmd = today.corrected.apply_all(host_edits, catalog.canonical)
-    recorded_cmd = LaunchSpec.parse(recorded.corrected_command)
+    recorded_cmd = LaunchCommand.parse(recorded.corrected_command)
     same = today_cmd == recorded_cmd
     return Step(
         attempt=0,

@@ -18,9 +18,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.decision import Category
-from agent.errors import UsageError
-from agent.events import (
+from specdoctor.agent.events import (
     ApprovalEvent,
     BudgetEvent,
     DecisionEvent,
@@ -37,8 +35,10 @@ from agent.events import (
     redact_payload,
     specdoctor_version,
 )
-from agent.outcome import OutcomeKind
-from agent.spec import Edit
+from specdoctor.playbooks.decision import Category
+from specdoctor.tools.command import Edit
+from specdoctor.tools.errors import UsageError
+from specdoctor.tools.outcome import OutcomeKind
 
 E = TypeVar("E", bound=BaseModel)
 

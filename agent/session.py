@@ -8,22 +8,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.approve import Approver
-from agent.errors import UsageError
-from agent.events import EventBus, Sink
-from agent.launcher import Launcher, RealLauncher, SimulatedLauncher
-from agent.loop import Backoff, Budget, Loop, LoopResult, LoopSettings
-from agent.report import ReportBuilder
-from agent.spec import LaunchSpec
-from agent.transcript import TranscriptWriter
-from agent.watch import StageDeadlines, WatchSettings
-from tools.catalog_load import CatalogChoice
-from tools.dirs import runs_dir
+from specdoctor.agent.approve import Approver
+from specdoctor.agent.events import EventBus, Sink
+from specdoctor.agent.launcher import Launcher, RealLauncher, SimulatedLauncher
+from specdoctor.agent.loop import Loop
+from specdoctor.agent.policy import Backoff, Budget, LoopSettings, Mode
+from specdoctor.agent.report import ReportBuilder
+from specdoctor.agent.results import LoopResult
+from specdoctor.agent.transcript import TranscriptWriter
+from specdoctor.agent.watch import StageDeadlines, WatchSettings
+from specdoctor.tools.catalog_load import CatalogChoice
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.dirs import runs_dir
+from specdoctor.tools.errors import UsageError
 
 
 @dataclass
 class Session:
-    spec: LaunchSpec
+    spec: LaunchCommand
     choice: CatalogChoice
     launcher: Launcher
     approver: Approver
@@ -39,8 +41,8 @@ class Session:
         return self.run_dir / "transcript.jsonl"
 
     def run(self, args: argparse.Namespace) -> LoopResult:
-        from agent.commands.common import llm_planner
-        from agent.diagnose import default_planner
+        from specdoctor.agent.commands.common import llm_planner
+        from specdoctor.agent.diagnose import default_planner
 
         llm, notes = llm_planner(args)
         planner = default_planner(
@@ -60,6 +62,7 @@ class Session:
                 mode=self.mode,
                 catalog_note=self.choice.note,
                 llm=llm,
+                token_budget=llm.config.token_budget if llm is not None else None,
             )
             return loop.run()
 
@@ -84,7 +87,7 @@ def make_run_dir(explicit: str | None) -> Path:
 
 def launcher_for(args: argparse.Namespace) -> Launcher:
     if getattr(args, "simulate", None):
-        from tools.simnode.profile import ProfileError
+        from specdoctor.tools.simnode.profile import ProfileError
 
         try:
             return SimulatedLauncher(args.simulate, speed=args.sim_speed)
@@ -93,9 +96,7 @@ def launcher_for(args: argparse.Namespace) -> Launcher:
     return RealLauncher()
 
 
-def settings_for(
-    args: argparse.Namespace, run_dir: Path, *, supervise: bool, stop_when_healthy: bool
-) -> LoopSettings:
+def settings_for(args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode) -> LoopSettings:
     simulated = bool(getattr(args, "simulate", None))
     # The simulated node compresses time; its stage deadlines and backoff shrink with it.
     scale = args.sim_speed if simulated else 1.0
@@ -105,8 +106,7 @@ def settings_for(
         watch=WatchSettings(
             deadlines=StageDeadlines().scaled(max(scale, 0.05)) if simulated else StageDeadlines()
         ),
-        supervise=supervise,
-        stop_when_healthy=stop_when_healthy,
+        when_healthy=when_healthy,
         allow_kill=getattr(args, "allow_kill", False),
         log_dir=run_dir,
     )

@@ -16,8 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.errors import UsageError
-from agent.events import (
+from specdoctor.agent.events import (
     EVENT_TYPE_NAMES,
     ApprovalEvent,
     DecisionEvent,
@@ -33,6 +32,7 @@ from agent.events import (
     redacted_event,
     specdoctor_version,
 )
+from specdoctor.tools.errors import UsageError
 
 SCHEMA = "specdoctor-transcript"
 VERSION = 1

@@ -13,10 +13,16 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.outcome import Outcome
-from tools.health import HealthPolicy, accept_length, check_generate, judge_speculation, probe_ready
-from tools.log_stages import StageChange, StageTracker
-from tools.process import EngineProcess
+from specdoctor.tools.health import (
+    HealthPolicy,
+    accept_length,
+    check_generate,
+    judge_speculation,
+    probe_ready,
+)
+from specdoctor.tools.log_stages import StageChange, StageTracker
+from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.process import EngineProcess
 
 
 class StageDeadlines(BaseModel):

@@ -68,7 +68,7 @@ def main() -> None:
         # every run recompile specdoctor and its dependencies from source.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["SPECDOCTOR_CACHE_DIR"] = str(cache)
-        check = [sys.executable, "-m", "agent.cli", "check", "--json", "--", *sglang.launch_server(), *seed]
+        check = [sys.executable, "-m", "specdoctor", "check", "--json", "--", *sglang.launch_server(), *seed]
         colds = []
         for i in range(max(1, runs // 2)):
             env_i = {**env, "SPECDOCTOR_CACHE_DIR": str(cache / f"cold{i}")}
@@ -77,7 +77,7 @@ def main() -> None:
         timed(check, env)  # fill the cache
         warm, rc = median_of(runs, check, env)
         real, real_rc = median_of(max(1, runs // 2), [*sglang.launch_server(), *seed], env)
-    help_t, _ = median_of(runs * 2, [sys.executable, "-m", "agent.cli", "--help"], env)
+    help_t, _ = median_of(runs * 2, [sys.executable, "-m", "specdoctor", "--help"], env)
     bare, _ = median_of(runs * 2, [sys.executable, "-c", "pass"], env)
     print(f"check, cold (real --help read once):   {cold * 1000:8.0f} ms")
     print(f"check, warm (cached catalog):          {warm * 1000:8.0f} ms   (exit {rc}: findings)")

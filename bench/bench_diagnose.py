@@ -59,7 +59,7 @@ def main() -> None:
         cmd = [
             sys.executable,
             "-m",
-            "agent.cli",
+            "specdoctor",
             "diagnose",
             "--json",
             "--no-llm",

@@ -33,7 +33,7 @@ NCCL_WARN = (
 _CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
-from tools.logs import scan_file
+from specdoctor.tools.logs import scan_file
 t = time.perf_counter()
 s = scan_file(sys.argv[1])
 dt = time.perf_counter() - t
@@ -99,7 +99,7 @@ def scan_in_child(path: Path) -> dict[str, object]:
 
 def real_outputs() -> None:
     sys.path.insert(0, str(ROOT))
-    from tools.logs import scan_file
+    from specdoctor.tools.logs import scan_file
 
     print(f"\n{'real output':58} {'bytes':>8} {'compact':>8} {'ratio':>6}  kind")
     total_in = total_out = 0

@@ -24,16 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.approve import PolicyApprover  # noqa: E402
-from agent.decision import Retry  # noqa: E402
-from agent.diagnose import default_planner  # noqa: E402
-from agent.events import EventBus  # noqa: E402
-from agent.launcher import SimulatedLauncher  # noqa: E402
-from agent.loop import Backoff, Budget, Loop, LoopSettings  # noqa: E402
-from agent.spec import LaunchSpec  # noqa: E402
-from agent.watch import StageDeadlines, WatchSettings  # noqa: E402
-from tools.catalog_load import bundled  # noqa: E402
-from tools.system import find_free_port  # noqa: E402
+from specdoctor.agent.approve import PolicyApprover  # noqa: E402
+from specdoctor.agent.diagnose import default_planner  # noqa: E402
+from specdoctor.agent.events import EventBus  # noqa: E402
+from specdoctor.agent.launcher import SimulatedLauncher  # noqa: E402
+from specdoctor.agent.loop import Loop  # noqa: E402
+from specdoctor.agent.policy import Backoff, Budget, LoopSettings  # noqa: E402
+from specdoctor.agent.watch import StageDeadlines, WatchSettings  # noqa: E402
+from specdoctor.playbooks.decision import Retry  # noqa: E402
+from specdoctor.tools.catalog_load import bundled  # noqa: E402
+from specdoctor.tools.command import LaunchCommand  # noqa: E402
+from specdoctor.tools.system import find_free_port  # noqa: E402
 
 MODELS = ROOT / "agent" / "data" / "demo"
 
@@ -76,7 +77,7 @@ def run(faults: int, speed: float, planner, preflight: bool) -> tuple[str, int, 
             budget=Budget(max_launches=6, wall_time_s=600),
         )
         loop = Loop(
-            LaunchSpec.parse(command(faults, port)),
+            LaunchCommand.parse(command(faults, port)),
             bundled(),
             SimulatedLauncher("h200x8", speed=speed),
             planner,

@@ -23,14 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.llm_planner import PROMPT_LOG_CHARS, build_messages, log_section, propose_tool  # noqa: E402
-from agent.llm_tools import TOOLS  # noqa: E402
-from agent.outcome import EXIT_KIND_TO_OUTCOME, Outcome  # noqa: E402
-from agent.spec import LaunchSpec, SpecError  # noqa: E402
-from playbooks.base import Context  # noqa: E402
-from tools.catalog_load import bundled  # noqa: E402
-from tools.gpu import parse_gpus_description  # noqa: E402
-from tools.logs import compact, extract_root_cause  # noqa: E402
+from specdoctor.agent.llm_planner import PROMPT_LOG_CHARS, build_messages, log_section, propose_tool  # noqa: E402
+from specdoctor.agent.llm_tools import TOOLS  # noqa: E402
+from specdoctor.playbooks.base import Context  # noqa: E402
+from specdoctor.tools.catalog_load import bundled  # noqa: E402
+from specdoctor.tools.command import CommandError, LaunchCommand  # noqa: E402
+from specdoctor.tools.gpu import parse_gpus_description  # noqa: E402
+from specdoctor.tools.logs import compact, extract_root_cause  # noqa: E402
+from specdoctor.tools.outcome import EXIT_KIND_TO_OUTCOME, Outcome  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
 CATALOG = bundled("0.5.23")
@@ -65,7 +65,7 @@ def context(command: str, log: str, gpus: str | None, kind: str) -> Context:
     lines = log.splitlines()
     root = extract_root_cause(lines)
     return Context(
-        spec=LaunchSpec.parse(command),
+        spec=LaunchCommand.parse(command),
         catalog=CATALOG,
         outcome=Outcome(kind=kind),  # type: ignore[arg-type]
         root=root,
@@ -100,7 +100,7 @@ def measure(cases: list[Case], count: Callable[[str], int], per_case: bool) -> d
         try:
             small = context(command, log, gpus, kind)
             big = dataclasses.replace(small, log_text=log)
-        except SpecError as exc:
+        except CommandError as exc:
             print(f"  skipped {name}: {exc}")
             continue
         row = {

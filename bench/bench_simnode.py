@@ -1,7 +1,7 @@
 """Launch/stop cycles of the simulated GPU node: how long each takes and whether any process is left behind.
 
 Run: `python bench/bench_simnode.py [--cycles 100] [--speed 0.02] [--profile h200x8]`. Each cycle starts
-`python -m tools.simnode` in its own session (a tiny Llama model folder made in a temp dir), polls
+`python -m specdoctor.tools.simnode` in its own session (a tiny Llama model folder made in a temp dir), polls
 `/health` until it answers 200, sends SIGTERM to the launcher and waits for it. Every launch carries one
 token in its environment; at the end /proc is scanned for processes with that token (must be 0).
 """
@@ -62,7 +62,7 @@ def cycle(model: str, env: dict[str, str]) -> tuple[float, float, int]:
     port = free_port()
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tools.simnode", "--model-path", model, "--port", str(port)],
+        [sys.executable, "-m", "specdoctor.tools.simnode", "--model-path", model, "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import SetFlag
-from playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import SetFlag
 
 # Most portable first: triton runs everywhere SGLang runs, flashinfer on every recent NVIDIA GPU.
 PREFERENCE = ("triton", "flashinfer", "fa4", "trtllm_mha", "fa3", "flashmla", "trtllm_mla", "cutlass_mla")

@@ -13,23 +13,23 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
 
-from agent.decision import Category, Decision, Finding, Fix, Stop
-from agent.outcome import Outcome, OutcomeKind
-from agent.spec import Edit, LaunchSpec
-from playbooks.view import SpecView
-from tools.catalog import FlagCatalog
-from tools.gpu import GpuReport
-from tools.log_cause import RootCause
-from tools.system import ModelFacts
+from specdoctor.playbooks.decision import Category, Decision, Finding, Fix, Stop
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.outcome import Outcome, OutcomeKind
+from specdoctor.tools.system import ModelFacts
 
-__all__ = ["Context", "Playbook", "SpecView", "fix", "line_of", "playbook", "stop"]
+__all__ = ["CommandView", "Context", "Playbook", "fix", "line_of", "playbook", "stop"]
 
 
 @dataclass(frozen=True)
 class Context:
     """Everything a playbook may look at. All of it is data already gathered; nothing here runs."""
 
-    spec: LaunchSpec
+    spec: LaunchCommand
     catalog: FlagCatalog
     outcome: Outcome
     root: RootCause
@@ -37,12 +37,12 @@ class Context:
     gpus: GpuReport | None = None
     model: ModelFacts | None = None
     draft: ModelFacts | None = None
-    tried: tuple[LaunchSpec, ...] = ()
+    tried: tuple[LaunchCommand, ...] = ()
     findings: tuple[Finding, ...] = field(default=())
 
     @cached_property
-    def view(self) -> SpecView:
-        return SpecView(self.spec, self.catalog)
+    def view(self) -> CommandView:
+        return CommandView(self.spec, self.catalog)
 
     @cached_property
     def root_text(self) -> str:

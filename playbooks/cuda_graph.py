@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import re
 
-from agent.decision import Decision
-from agent.spec import Edit, RemoveFlag, SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.parallel import CUSTOM_ALLREDUCE, use_nccl_allreduce
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.parallel import CUSTOM_ALLREDUCE, use_nccl_allreduce
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 CAPTURE_FAILED_LINE = r"Capture (?:cuda|CUDA) graph failed"
 """SGLang's own message when graph capture raised."""

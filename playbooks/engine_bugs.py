@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import SetFlag
-from playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import SetFlag
 
 _INTERNAL = re.compile(
     r"^(?:TypeError|AttributeError|IndexError|KeyError|NotImplementedError|UnboundLocalError|NameError|ZeroDivisionError)\b"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import Edit, RemoveFlag, SetFlag
-from playbooks.base import Context, fix, playbook
-from playbooks.cuda_graph import CAPTURE_FAILED_LINE
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 # Words too common in logs to tie an error to one flag.
 _GENERIC = {

@@ -10,17 +10,25 @@ import json
 import re
 from difflib import SequenceMatcher
 
-from agent.decision import Finding
-from agent.spec import Edit, LaunchSpec, Option, PositionalToFlag, RemoveFlag, RenameFlag, SetFlag
-from playbooks.translate import translate_synonym
-from playbooks.view import as_float, as_int
-from tools.catalog import FlagCatalog, Resolution
-from tools.flag_synonyms import VALUE_SYNONYMS
-from tools.help_parser import FlagInfo
-from tools.similarity import only_version_differs
+from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.translate import translate_synonym
+from specdoctor.playbooks.view import as_float, as_int
+from specdoctor.tools.catalog import FlagCatalog, Resolution
+from specdoctor.tools.command import (
+    Edit,
+    LaunchCommand,
+    Option,
+    PositionalToFlag,
+    RemoveFlag,
+    RenameFlag,
+    SetFlag,
+)
+from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
+from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.similarity import only_version_differs
 
 
-def check_flags(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     """Every flag-level fault of `spec` for this catalog's engine version, each with its fix if known."""
     findings: list[Finding] = []
     for opt in spec.options():
@@ -35,7 +43,7 @@ def check_flags(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
 # ---- names -----------------------------------------------------------------------------------------
 
 
-def _name_findings(opt: Option, r: Resolution, spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+def _name_findings(opt: Option, r: Resolution, spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     name = opt.name
     if r.status == "exact":
         return _deprecation(opt, r.flag) if r.flag and r.flag.deprecated else []
@@ -161,7 +169,7 @@ def _deprecation(opt: Option, flag: FlagInfo | None) -> list[Finding]:
 # ---- values ----------------------------------------------------------------------------------------
 
 
-def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchSpec) -> list[Finding]:
+def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchCommand) -> list[Finding]:
     values = opt.values
     if flag.nargs == 0:
         return _switch_with_values(opt, spec) if values else []
@@ -205,7 +213,7 @@ def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
     return None
 
 
-def _switch_with_values(opt: Option, spec: LaunchSpec) -> list[Finding]:
+def _switch_with_values(opt: Option, spec: LaunchCommand) -> list[Finding]:
     # `--trust-remote-code true` or a bare word after a switch; the word is a stray positional.
     stray = " ".join(opt.values)
     truthy = len(opt.values) == 1 and opt.values[0].lower() in ("true", "false", "1", "0", "yes", "no")
@@ -386,7 +394,7 @@ def _range(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
 # ---- positionals and required flags ----------------------------------------------------------------
 
 
-def _positional_findings(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding]:
+def _positional_findings(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     model_flag = catalog.get("--model-path")
     if model_flag is None or spec.has("--model-path", catalog.canonical):
         return []
@@ -417,7 +425,7 @@ def _positional_findings(spec: LaunchSpec, catalog: FlagCatalog) -> list[Finding
     ]
 
 
-def _attached_words(spec: LaunchSpec, catalog: FlagCatalog) -> list[str]:
+def _attached_words(spec: LaunchCommand, catalog: FlagCatalog) -> list[str]:
     """Bare words the lexer attached to a switch (`--trust-remote-code MODEL`)."""
     words: list[str] = []
     for opt in spec.options():

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision, Finding
-from agent.spec import Edit, RemoveFlag, RenameFlag
-from playbooks.base import Context, fix, line_of, playbook, stop
-from playbooks.flag_checks import check_flags
-from tools.similarity import score
+from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
+from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
+from specdoctor.tools.similarity import score
 
 ARGPARSE = r"(?:^|\s)\S+: error: (?:unrecognized arguments|ambiguous option|argument --|the following arguments are required)"
 _NAMED = re.compile(r"(--[A-Za-z0-9][\w\-]*)")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import RemoveFlag, SetFlag
-from playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import RemoveFlag, SetFlag
 
 
 @playbook(

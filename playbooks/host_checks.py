@@ -5,18 +5,18 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from agent.decision import Finding
-from agent.spec import Edit, SetFlag
-from playbooks.view import SpecView
-from tools.system import ModelFacts, find_free_port, port_is_free
+from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.command import Edit, SetFlag
+from specdoctor.tools.system import ModelFacts, find_free_port, port_is_free
 
 if TYPE_CHECKING:
-    from tools.gpu import GpuReport
+    from specdoctor.tools.gpu import GpuReport
 
 DEFAULT_PORT = 30000
 
 
-def check_model(view: SpecView, model: ModelFacts | None) -> list[Finding]:
+def check_model(view: CommandView, model: ModelFacts | None) -> list[Finding]:
     if model is None:
         return []
     path = model.path
@@ -64,7 +64,7 @@ def check_model(view: SpecView, model: ModelFacts | None) -> list[Finding]:
     return found
 
 
-def _context_length(view: SpecView, model: ModelFacts) -> list[Finding]:
+def _context_length(view: CommandView, model: ModelFacts) -> list[Finding]:
     asked = view.int("--context-length")
     limit = model.max_position_embeddings
     if (
@@ -89,14 +89,14 @@ def _context_length(view: SpecView, model: ModelFacts) -> list[Finding]:
     ]
 
 
-def _mask(view: SpecView, gpus: GpuReport) -> list[str] | None:
+def _mask(view: CommandView, gpus: GpuReport) -> list[str] | None:
     mask = view.env("CUDA_VISIBLE_DEVICES")
     if mask is None:
         mask = os.environ.get("CUDA_VISIBLE_DEVICES") if gpus.source != "described" else None
     return None if mask is None else [d.strip() for d in mask.split(",") if d.strip()]
 
 
-def visible_gpus(view: SpecView, gpus: GpuReport | None) -> int | None:
+def visible_gpus(view: CommandView, gpus: GpuReport | None) -> int | None:
     """How many GPUs the launch will see: the node's, narrowed by CUDA_VISIBLE_DEVICES."""
     if gpus is None or not gpus.ok:
         return None
@@ -104,7 +104,7 @@ def visible_gpus(view: SpecView, gpus: GpuReport | None) -> int | None:
     return gpus.count if mask is None else len(mask)
 
 
-def launch_gpus(view: SpecView, gpus: GpuReport | None) -> set[int] | None:
+def launch_gpus(view: CommandView, gpus: GpuReport | None) -> set[int] | None:
     """Indices (nvidia-smi numbering) of the GPUs the launch uses; None when unknown (UUIDs in the mask)."""
     if gpus is None or not gpus.ok:
         return None
@@ -114,7 +114,7 @@ def launch_gpus(view: SpecView, gpus: GpuReport | None) -> set[int] | None:
     return {int(d) for d in mask} if all(d.isdigit() for d in mask) else None
 
 
-def check_parallel(view: SpecView, model: ModelFacts | None, gpus: GpuReport | None) -> list[Finding]:
+def check_parallel(view: CommandView, model: ModelFacts | None, gpus: GpuReport | None) -> list[Finding]:
     tp, pp = view.tp, view.pp
     found: list[Finding] = []
     heads = model.num_attention_heads if model else None
@@ -160,7 +160,7 @@ def largest_tp(limit: int, heads: int | None) -> int | None:
     return None
 
 
-def check_port(view: SpecView) -> list[Finding]:
+def check_port(view: CommandView) -> list[Finding]:
     port = view.int("--port") or DEFAULT_PORT
     host = view.get("--host") or "127.0.0.1"
     if not 0 < port < 65536 or port_is_free(port, host):
@@ -181,7 +181,7 @@ def check_port(view: SpecView) -> list[Finding]:
     ]
 
 
-def check_gpu_presence(view: SpecView, gpus: GpuReport | None) -> list[Finding]:
+def check_gpu_presence(view: CommandView, gpus: GpuReport | None) -> list[Finding]:
     if gpus is None or gpus.ok or view.get("--device") == "cpu":
         return []
     return [

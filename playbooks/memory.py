@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import SetEnv, SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.cuda_graph import CAPTURE_FAILED_LINE
-from playbooks.host_checks import launch_gpus, visible_gpus
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.host_checks import launch_gpus, visible_gpus
+from specdoctor.tools.command import SetEnv, SetFlag
 
 MAX_FRACTION = 0.95
 """Above this nothing is left for activations and CUDA graphs."""

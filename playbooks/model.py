@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from agent.decision import Decision
-from agent.spec import SetEnv, SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.flag_checks import check_flags
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.tools.command import SetEnv, SetFlag
 
 _DERIVED = re.compile(
     r"User-specified context_length \((\d+)\) is greater than the derived context_length \((\d+)\)"

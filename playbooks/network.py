@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision, Retry
-from agent.spec import SetEnv, SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.host_checks import DEFAULT_PORT
-from tools.system import find_free_port
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision, Retry
+from specdoctor.playbooks.host_checks import DEFAULT_PORT
+from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.system import find_free_port
 
 _BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)")
 

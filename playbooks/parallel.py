@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision
-from agent.spec import SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.host_checks import largest_tp, visible_gpus
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.host_checks import largest_tp, visible_gpus
+from specdoctor.tools.command import SetFlag
 
 CUSTOM_ALLREDUCE = r"custom_all_reduce|CustomAllreduce|register_graph_buffers"
 """Frames and names of SGLang's custom all-reduce, which needs CUDA IPC between the GPUs."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from playbooks.base import REGISTRY, Playbook
+from specdoctor.playbooks.base import REGISTRY, Playbook
 
 _FAMILIES = (
     "flags",
@@ -24,7 +24,7 @@ def all_playbooks() -> list[Playbook]:
     import importlib
 
     for name in _FAMILIES:
-        importlib.import_module(f"playbooks.{name}")
+        importlib.import_module(f"{__package__}.{name}")
     # Family order breaks priority ties, whatever order the modules happened to import each other in.
-    rank = {f"playbooks.{name}": i for i, name in enumerate(_FAMILIES)}
+    rank = {f"{__package__}.{name}": i for i, name in enumerate(_FAMILIES)}
     return sorted(REGISTRY, key=lambda pb: rank.get(pb.fn.__module__, len(rank)))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Finding
-from agent.spec import Edit, LaunchSpec, RemoveFlag, SetFlag
-from playbooks.translate import EAGLE_FAMILY, kind_from_name
-from playbooks.view import SpecView
-from tools.catalog import FlagCatalog
-from tools.similarity import only_version_differs, score
-from tools.system import ModelFacts
+from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.translate import EAGLE_FAMILY, kind_from_name
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import Edit, LaunchCommand, RemoveFlag, SetFlag
+from specdoctor.tools.similarity import only_version_differs, score
+from specdoctor.tools.system import ModelFacts
 
 # Targets whose checkpoint carries its own MTP layers: SGLang reuses the target path as the draft.
 BUILTIN_MTP = (
@@ -47,9 +47,12 @@ def builtin_algorithms(catalog: FlagCatalog) -> tuple[str, ...]:
 
 
 def check_speculative(
-    spec: LaunchSpec, catalog: FlagCatalog, model: ModelFacts | None = None, draft: ModelFacts | None = None
+    spec: LaunchCommand,
+    catalog: FlagCatalog,
+    model: ModelFacts | None = None,
+    draft: ModelFacts | None = None,
 ) -> list[Finding]:
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     algorithm = view.algorithm
     if algorithm is None:
         return _spec_flags_without_algorithm(view, draft)
@@ -78,7 +81,7 @@ def _f(
     )  # type: ignore[arg-type]
 
 
-def _spec_flags_without_algorithm(view: SpecView, draft: ModelFacts | None) -> list[Finding]:
+def _spec_flags_without_algorithm(view: CommandView, draft: ModelFacts | None) -> list[Finding]:
     written = [o.name for o in view.spec.options() if _SPEC_FLAG.match(view.canon(o.name))]
     if not written:
         return []
@@ -102,7 +105,7 @@ def _spec_flags_without_algorithm(view: SpecView, draft: ModelFacts | None) -> l
 
 
 def _unknown_algorithm(
-    view: SpecView, algorithm: str, known: tuple[str, ...], draft: ModelFacts | None
+    view: CommandView, algorithm: str, known: tuple[str, ...], draft: ModelFacts | None
 ) -> Finding:
     kind = draft.draft_kind if draft else None
     ranked = sorted(
@@ -129,7 +132,7 @@ def _unknown_algorithm(
     )
 
 
-def _steps_topk_draft(view: SpecView, algorithm: str) -> list[Finding]:
+def _steps_topk_draft(view: CommandView, algorithm: str) -> list[Finding]:
     steps = view.int("--speculative-num-steps")
     topk = view.int("--speculative-eagle-topk")
     tokens = view.int("--speculative-num-draft-tokens")
@@ -248,7 +251,7 @@ def _partial(steps: int | None, topk: int | None, tokens: int | None) -> list[Fi
 
 
 def _draft_model(
-    view: SpecView, algorithm: str, model: ModelFacts | None, draft: ModelFacts | None
+    view: CommandView, algorithm: str, model: ModelFacts | None, draft: ModelFacts | None
 ) -> list[Finding]:
     path = view.get("--speculative-draft-model-path")
     if path is None:
@@ -302,7 +305,7 @@ def _draft_model(
     return []
 
 
-def _unsupported_combinations(view: SpecView, algorithm: str) -> list[Finding]:
+def _unsupported_combinations(view: CommandView, algorithm: str) -> list[Finding]:
     found: list[Finding] = []
     backend = view.get("--attention-backend")
     if backend in NO_SPEC_BACKENDS and view.get("--device") != "cpu":

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from agent.decision import Decision, Finding
-from agent.spec import RemoveFlag, SetEnv, SetFlag
-from playbooks.base import Context, fix, playbook, stop
-from playbooks.spec_checks import NO_SPEC_BACKENDS, chain_drafting, check_speculative
-from playbooks.translate import EAGLE_FAMILY, kind_from_name
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.spec_checks import NO_SPEC_BACKENDS, chain_drafting, check_speculative
+from specdoctor.playbooks.translate import EAGLE_FAMILY, kind_from_name
+from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
 DEGRADED_MAX = 1.05
 """An accept length this close to 1.0 means every drafted token is rejected."""

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from agent.decision import Finding
-from agent.spec import Edit, LaunchSpec, Option, RemoveFlag, RenameFlag, SetFlag
-from playbooks.view import SpecView, as_int
-from tools.catalog import FlagCatalog
-from tools.flag_synonyms import Synonym
-from tools.system import model_facts
+from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.view import CommandView, as_int
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import Edit, LaunchCommand, Option, RemoveFlag, RenameFlag, SetFlag
+from specdoctor.tools.flag_synonyms import Synonym
+from specdoctor.tools.system import model_facts
 
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 _VLLM_METHODS = {
@@ -47,7 +47,7 @@ Translation = tuple[tuple[Edit, ...], str]
 """Edits and the sentence that explains them."""
 
 
-def translate_synonym(opt: Option, syn: Synonym, spec: LaunchSpec, catalog: FlagCatalog) -> Finding:
+def translate_synonym(opt: Option, syn: Synonym, spec: LaunchCommand, catalog: FlagCatalog) -> Finding:
     where = "vLLM" if syn.origin == "vllm" else "an older SGLang"
     rule = _RULES.get(syn.translate or "")
     if rule is not None:
@@ -75,9 +75,9 @@ def translate_synonym(opt: Option, syn: Synonym, spec: LaunchSpec, catalog: Flag
     )
 
 
-def _algorithm_after(spec: LaunchSpec, catalog: FlagCatalog) -> str | None:
+def _algorithm_after(spec: LaunchCommand, catalog: FlagCatalog) -> str | None:
     """The algorithm the command will have once its vLLM speculative flags are translated."""
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     if view.algorithm:
         return view.algorithm
     for opt in spec.options():
@@ -92,9 +92,9 @@ def _algorithm_after(spec: LaunchSpec, catalog: FlagCatalog) -> str | None:
     return None
 
 
-def chain_edits(tokens: int, spec: LaunchSpec, catalog: FlagCatalog, algorithm: str | None) -> Translation:
+def chain_edits(tokens: int, spec: LaunchCommand, catalog: FlagCatalog, algorithm: str | None) -> Translation:
     """SGLang flags for `tokens` draft tokens verified per step, consistent with SGLang's rules."""
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     if algorithm not in EAGLE_FAMILY:
         return (SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),)),), (
             f"--speculative-num-draft-tokens {tokens} is how many tokens {algorithm or 'the drafter'} proposes for verification"
@@ -124,7 +124,7 @@ def chain_edits(tokens: int, spec: LaunchSpec, catalog: FlagCatalog, algorithm: 
     return tuple(edits), why
 
 
-def _speculative_tokens(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _speculative_tokens(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     n = as_int(opt.values[0]) if opt.values else None
     if n is None or n < 1:
         return (RemoveFlag(flag=opt.name),), "no usable token count was given"
@@ -132,9 +132,9 @@ def _speculative_tokens(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> 
     return (RemoveFlag(flag=opt.name), *edits), why
 
 
-def _speculative_model(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _speculative_model(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     value = opt.values[0] if opt.values else ""
-    view = SpecView(spec, catalog)
+    view = CommandView(spec, catalog)
     if "ngram" in value.lower():
         edits: list[Edit] = [RemoveFlag(flag=opt.name)]
         if view.algorithm != "NGRAM":
@@ -166,7 +166,7 @@ def _config(raw: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _speculative_config(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _speculative_config(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     data = _config(opt.values[0]) if opt.values else {}
     if not data:
         return (), "--speculative-config is not a JSON object; write SGLang's --speculative-* flags instead"
@@ -198,7 +198,7 @@ def _speculative_config(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> 
     return tuple(edits), "; ".join(said)
 
 
-def _speculative_method(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _speculative_method(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     method = opt.values[0] if opt.values else ""
     algorithm = vllm_algorithm(method)
     if algorithm is None:
@@ -211,7 +211,7 @@ def _speculative_method(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> 
     ), f"vLLM method {method} is SGLang's {algorithm}"
 
 
-def _enforce_eager(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _enforce_eager(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     if "--cuda-graph-backend-decode" in catalog:
         edits: tuple[Edit, ...] = (
             RemoveFlag(flag=opt.name),
@@ -224,20 +224,20 @@ def _enforce_eager(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Trans
     ), "vLLM's eager mode is SGLang's --disable-cuda-graph"
 
 
-def _expert_parallel(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
-    tp = SpecView(spec, catalog).tp
+def _expert_parallel(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
+    tp = CommandView(spec, catalog).tp
     return (RemoveFlag(flag=opt.name), SetFlag(flag="--ep-size", values=(str(tp),))), (
         f"vLLM's switch means EP = TP; SGLang takes the size: --ep-size {tp}"
     )
 
 
-def _drop_value(opt: Option, spec: LaunchSpec, catalog: FlagCatalog) -> Translation:
+def _drop_value(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     return (
         RemoveFlag(flag=opt.name),
     ), "the unit differs, so there is no direct translation; SGLang sizes it automatically"
 
 
-_RULES: dict[str, Callable[[Option, LaunchSpec, FlagCatalog], Translation]] = {
+_RULES: dict[str, Callable[[Option, LaunchCommand, FlagCatalog], Translation]] = {
     "speculative_tokens": _speculative_tokens,
     "speculative_model": _speculative_model,
     "speculative_config": _speculative_config,

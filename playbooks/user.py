@@ -26,12 +26,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent.decision import Category, Decision
-from agent.errors import UsageError
-from agent.outcome import OutcomeKind
-from agent.spec import Edit
-from playbooks.base import Context, Playbook, fix, stop
-from tools.dirs import config_dir
+from specdoctor.playbooks.base import Context, Playbook, fix, stop
+from specdoctor.playbooks.decision import Category, Decision
+from specdoctor.tools.command import Edit
+from specdoctor.tools.dirs import config_dir
+from specdoctor.tools.errors import UsageError
+from specdoctor.tools.outcome import OutcomeKind
 
 
 class PlaybookFileError(UsageError):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from agent.spec import LaunchSpec
-from tools.catalog import FlagCatalog
-from tools.flag_synonyms import VALUE_SYNONYMS
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
 
 _SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
@@ -29,10 +29,10 @@ def as_float(text: str | None) -> float | None:
         return None
 
 
-class SpecView:
+class CommandView:
     """Read a command by canonical flag name, whatever spelling or abbreviation it uses."""
 
-    def __init__(self, spec: LaunchSpec, catalog: FlagCatalog) -> None:
+    def __init__(self, spec: LaunchCommand, catalog: FlagCatalog) -> None:
         self.spec = spec
         self.catalog = catalog
 

@@ -20,12 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agent.outcome import Outcome
-from agent.spec import LaunchSpec
-from playbooks.base import Context
-from tools.catalog import FlagCatalog
-from tools.gpu import GpuReport
-from tools.logs import compact, extract_root_cause
+from specdoctor.playbooks.base import Context
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.logs import compact, extract_root_cause
+from specdoctor.tools.outcome import Outcome
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ DATA = Path(__file__).parent / "data"
 
 @cache
 def catalog_0523() -> FlagCatalog:
-    from tools.catalog_load import bundled
+    from specdoctor.tools.catalog_load import bundled
 
     return bundled("0.5.23")
 
@@ -205,12 +205,12 @@ def make_context(
     *,
     outcome: Outcome | None = None,
     gpus: GpuReport | None = None,
-    tried: tuple[LaunchSpec, ...] = (),
+    tried: tuple[LaunchCommand, ...] = (),
 ) -> Context:
     """A Context as the loop builds it: root cause and compacted log from the real lines."""
     root = extract_root_cause(lines)
     return Context(
-        spec=LaunchSpec.parse(command),
+        spec=LaunchCommand.parse(command),
         catalog=catalog_0523(),
         outcome=outcome or Outcome(kind="exited", exit_code=1),
         root=root,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.catalog_load import (
+from specdoctor.tools.catalog_load import (
     CatalogError,
     bundled,
     bundled_versions,
@@ -15,7 +15,7 @@ from tools.catalog_load import (
     for_command,
     from_file,
 )
-from tools.help_parser import parse_help
+from specdoctor.tools.help_parser import parse_help
 
 VERSIONS = bundled_versions()
 

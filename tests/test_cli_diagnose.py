@@ -27,7 +27,7 @@ CONTRACT_KEYS = [
 
 def specdoctor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "specdoctor", *args], capture_output=True, text=True, timeout=120
     )
 
 

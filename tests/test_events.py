@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision import Finding, Fix
-from agent.events import (
+from specdoctor.agent.events import (
     EVENT_TYPE_NAMES,
     TOOL_TEXT_LIMIT,
     ApprovalEvent,
@@ -33,11 +32,12 @@ from agent.events import (
     event_adapter,
     redacted_event,
 )
-from agent.outcome import Outcome
-from agent.spec import LaunchSpec, RenameFlag, SetEnv, SetFlag
-from tools.gpu import parse_gpus_description
-from tools.logs import extract_root_cause
-from tools.system import ModelFacts
+from specdoctor.playbooks.decision import Finding, Fix
+from specdoctor.tools.command import LaunchCommand, RenameFlag, SetEnv, SetFlag
+from specdoctor.tools.gpu import parse_gpus_description
+from specdoctor.tools.logs import extract_root_cause
+from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.system import ModelFacts
 
 DATA = Path(__file__).parent / "data"
 
@@ -66,7 +66,7 @@ def _log_line(name: str, needle: str) -> str:
 def whole_run() -> list[Event]:
     """The story specdoctor automates: a misspelt flag fixed in preflight, then EAGLE on an EAGLE-3 draft
     (healthy but accept length 1.0) fixed by the planner, then a healthy server."""
-    seed = LaunchSpec.parse(SEED)
+    seed = LaunchCommand.parse(SEED)
     rename = RenameFlag(flag="--num-speculative-tokens", to="--speculative-num-draft-tokens")
     first = seed.apply(rename)
     eagle3 = SetFlag(flag="--speculative-algorithm", values=("EAGLE3",))
@@ -350,7 +350,7 @@ def test_run_start_carries_the_command_and_a_fingerprint_without_the_hostname():
     assert isinstance(start, RunStartEvent)
     assert start.argv[:3] == ("python", "-m", "sglang.launch_server")
     assert start.env == {"HF_TOKEN": HF_TOKEN}
-    assert LaunchSpec.parse(start.command) == LaunchSpec.parse(SEED)
+    assert LaunchCommand.parse(start.command) == LaunchCommand.parse(SEED)
     fp = start.fingerprint
     assert fp == EnvFingerprint.current()
     assert len(fp.host_hash) == 12 and socket.gethostname() not in fp.model_dump_json()

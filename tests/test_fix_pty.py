@@ -18,10 +18,10 @@ from typing import ClassVar
 import pexpect
 import pytest
 
+from specdoctor.tools.reaper import MARKER_VARIABLE
+from specdoctor.tools.system import find_free_port
 from tests.llm_stub import StubLLM, tool_calls
 from tests.procs import live_processes
-from tools.reaper import MARKER_VARIABLE
-from tools.system import find_free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "agent" / "data" / "demo"
@@ -42,7 +42,7 @@ def our_processes() -> list[int]:
     token = "=".join(RUN_TOKEN).encode()
 
     def ours(env: bytes, cmd: bytes) -> bool:
-        launched = MARKER_VARIABLE.encode() in env or b"tools.simnode" in cmd
+        launched = MARKER_VARIABLE.encode() in env or b"specdoctor.tools.simnode" in cmd
         return launched and token in env.split(b"\0")
 
     return live_processes(ours)
@@ -109,7 +109,7 @@ class Fix:
         **env: str,
     ) -> None:
         self.run_dir = run_dir
-        argv = ["-m", "agent.cli", "fix", *options, *SIMULATED, profile, "--sim-speed", "0.05"]
+        argv = ["-m", "specdoctor", "fix", *options, *SIMULATED, profile, "--sim-speed", "0.05"]
         self.child = pexpect.spawn(
             sys.executable,
             [*argv, "--run-dir", str(run_dir), "--", *cmd],
@@ -361,7 +361,7 @@ def test_without_a_terminal_it_runs_unattended_and_says_so(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            *("-m", "agent.cli", "fix", *SIMULATED, "h200x8", "--sim-speed", "0.05"),
+            *("-m", "specdoctor", "fix", *SIMULATED, "h200x8", "--sim-speed", "0.05"),
             *("--run-dir", str(tmp_path), "--", *faulty_command()),
         ],
         cwd=ROOT,

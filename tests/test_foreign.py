@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tools.foreign import terminate_foreign
+from specdoctor.tools.foreign import terminate_foreign
 
 
 def test_stops_a_real_process_and_reports_it():

@@ -1,4 +1,4 @@
-"""tools.gpu on recorded nvidia-smi / NVML output (tests/data/nvidia-smi, see its README.md)."""
+"""specdoctor.tools.gpu on recorded nvidia-smi / NVML output (tests/data/nvidia-smi, see its README.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.gpu import (
+from specdoctor.tools.gpu import (
     GpuReport,
     build_report,
     classify_failure,

@@ -1,4 +1,4 @@
-"""tools.health against a local HTTP server that answers like SGLang 0.5.23 did in the recorded runs.
+"""specdoctor.tools.health against a local HTTP server that answers like SGLang 0.5.23 did in the recorded runs.
 
 Bodies come from tests/data/sglang-outputs/serve-serve-endpoints.txt and serve-serve-server_info.json
 (a real `sglang serve` of a tiny model); the speculative fields are added the way SGLang computes them.
@@ -19,7 +19,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from tools.health import (
+from specdoctor.tools.health import (
     HealthError,
     HealthPolicy,
     accept_length,

@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from agent.llm import DEFAULT_OPENAI_MODEL, NOT_CONFIGURED, OPENAI_API_URL, LLMClient, LLMConfig, LLMError
+from specdoctor.agent.llm import (
+    DEFAULT_OPENAI_MODEL,
+    NOT_CONFIGURED,
+    OPENAI_API_URL,
+    LLMClient,
+    LLMConfig,
+    LLMError,
+)
 from tests.llm_stub import StubLLM, content, error, slow, tool_calls
 
 
@@ -217,7 +224,7 @@ def test_messages_are_redacted_before_they_are_sent() -> None:
 
 
 def test_an_openai_key_is_never_sent_to_another_endpoint():
-    from agent.llm import LLMConfig
+    from specdoctor.agent.llm import LLMConfig
 
     env = {
         "SPECDOCTOR_LLM_BASE_URL": "http://10.0.0.5:8000/v1",

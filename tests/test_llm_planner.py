@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from agent.decision import Fix, Stop
-from agent.llm import LLMClient, LLMConfig
-from agent.llm_planner import LLMPlanner, Proposal, build_messages, first_json_object
-from agent.outcome import Outcome
-from agent.preflight import validate_edits
-from agent.spec import LaunchSpec, RenameFlag, SetEnv, SetFlag
-from playbooks.base import Context
+from specdoctor.agent.llm import LLMClient, LLMConfig
+from specdoctor.agent.llm_planner import LLMPlanner, Proposal, build_messages, first_json_object
+from specdoctor.agent.preflight import validate_edits
+from specdoctor.playbooks.base import Context
+from specdoctor.playbooks.decision import Fix, Stop
+from specdoctor.tools.command import LaunchCommand, RenameFlag, SetEnv, SetFlag
+from specdoctor.tools.gpu import parse_gpus_description
+from specdoctor.tools.outcome import Outcome
 from tests.conftest import corpus_cases
 from tests.llm_stub import (
     StubLLM,
@@ -29,7 +30,6 @@ from tests.llm_stub import (
     slow,
     tool_calls,
 )
-from tools.gpu import parse_gpus_description
 
 SEED_LOG = "wrong-flag-num-speculative-tokens.rc2.txt"
 SEED_ERROR = "sglang serve: error: unrecognized arguments: --num-speculative-tokens 16"
@@ -46,7 +46,7 @@ def _stub_not_proxied(monkeypatch: pytest.MonkeyPatch) -> None:
 def _default_port_free(monkeypatch: pytest.MonkeyPatch) -> None:
     """Preflight checks that SGLang's default port 30000 is free; on a busy test host it may not be, and
     that is not what these tests are about (test_preflight covers it)."""
-    monkeypatch.setattr("playbooks.host_checks.port_is_free", lambda port, host="127.0.0.1": True)
+    monkeypatch.setattr("specdoctor.playbooks.host_checks.port_is_free", lambda port, host="127.0.0.1": True)
 
 
 @pytest.fixture
@@ -457,7 +457,7 @@ def test_secrets_never_reach_the_model(models: tuple[str, str], tmp_path: Path) 
         f"HF_TOKEN={SECRETS[1]} python -m sglang.launch_server --model-path {models[0]} "
         f"--api-key {SECRETS[0]} --tp-size 8"
     )
-    earlier = LaunchSpec.parse(command.replace(SECRETS[0], SECRETS[3]))
+    earlier = LaunchCommand.parse(command.replace(SECRETS[0], SECRETS[3]))
     ctx = make_context(
         command, lines, outcome=Outcome(kind="exited", exit_code=1, log_path=str(log)), tried=(earlier,)
     )

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.llm_tools import TOOL_NAMES, Toolbox, redacted_command, untrusted
-from agent.outcome import Outcome
-from agent.spec import LaunchSpec
-from playbooks.base import Context
+from specdoctor.agent.llm_tools import TOOL_NAMES, Toolbox, redacted_command, untrusted
+from specdoctor.playbooks.base import Context
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.gpu import parse_table
+from specdoctor.tools.outcome import Outcome
 from tests.llm_stub import make_context, model_folder, recorded_output
-from tools.gpu import parse_table
 
 DATA = Path(__file__).parent / "data"
 H200_UNDER_LOAD = DATA / "nvidia-smi/table/linux-x86_64__nvidia-h200__590.48.01__load.txt"
@@ -160,7 +160,7 @@ def test_check_port(ctx: Context) -> None:
 
 def test_list_attempts_shows_each_as_a_diff(ctx: Context) -> None:
     assert Toolbox(ctx).run("list_attempts", {}).status == "no_data"
-    earlier = LaunchSpec.parse(
+    earlier = LaunchCommand.parse(
         "python -m sglang.launch_server --model-path /models/m --num-speculative-tokens 8"
     )
     tried = Context(**{**ctx.__dict__, "tried": (earlier,)})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.engines import SGLANG
-from tools.logs import (
+from specdoctor.tools.engines import SGLANG
+from specdoctor.tools.logs import (
     RootCause,
     ScanLimits,
     StageTracker,

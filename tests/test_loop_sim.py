@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.approve import PolicyApprover
-from agent.diagnose import default_planner
-from agent.events import EventBus
-from agent.launcher import SimulatedLauncher
-from agent.loop import Backoff, Budget, Loop, LoopSettings
-from agent.spec import LaunchSpec
-from agent.watch import StageDeadlines, WatchSettings
+from specdoctor.agent.approve import PolicyApprover
+from specdoctor.agent.diagnose import default_planner
+from specdoctor.agent.events import EventBus
+from specdoctor.agent.launcher import SimulatedLauncher
+from specdoctor.agent.loop import Loop
+from specdoctor.agent.policy import Backoff, Budget, LoopSettings
+from specdoctor.agent.watch import StageDeadlines, WatchSettings
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.reaper import MARKER_VARIABLE
+from specdoctor.tools.system import find_free_port
 from tests.procs import live_processes
-from tools.catalog_load import bundled
-from tools.reaper import MARKER_VARIABLE
-from tools.system import find_free_port
 
 DEMO_MODELS = Path(__file__).resolve().parent.parent / "agent" / "data" / "demo"
 SPEED = 0.05
@@ -31,7 +32,9 @@ SPEED = 0.05
 
 def our_processes() -> list[int]:
     """Processes started by specdoctor launches (they carry the engine marker) or the simulated node."""
-    return live_processes(lambda env, cmd: MARKER_VARIABLE.encode() in env or b"tools.simnode" in cmd)
+    return live_processes(
+        lambda env, cmd: MARKER_VARIABLE.encode() in env or b"specdoctor.tools.simnode" in cmd
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +69,7 @@ def run_loop(command: str, tmp_path: Path, profile: str = "h200x8", **settings) 
         budget=Budget(max_launches=4, wall_time_s=120),
     )
     loop = Loop(
-        LaunchSpec.parse(command),
+        LaunchCommand.parse(command),
         bundled(),
         SimulatedLauncher(profile, speed=SPEED),
         default_planner(),
@@ -89,7 +92,7 @@ def kimi(extra: str, port: int | None = None) -> str:
 
 def test_demo_reaches_healthy_in_two_launches(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "demo", "--sim-speed", "0.05", "--run-dir", str(tmp_path)],
+        [sys.executable, "-m", "specdoctor", "demo", "--sim-speed", "0.05", "--run-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -163,8 +166,7 @@ def test_crash_after_ready_is_relaunched_with_backoff(tmp_path):
         kimi(""),
         tmp_path,
         profile=str(profile),
-        supervise=True,
-        stop_when_healthy=False,
+        when_healthy="supervise",
         budget=Budget(max_launches=3, wall_time_s=120),
     )
     outcomes = [e.outcome for e in sink.of("outcome")]
@@ -183,7 +185,7 @@ def test_sigint_to_deploy_stops_the_tree_and_writes_the_report(tmp_path):
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "specdoctor",
             "deploy",
             "--simulate",
             "h200x8",
@@ -222,7 +224,7 @@ def test_detach_leaves_the_server_running(tmp_path):
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "specdoctor",
             "deploy",
             "--detach",
             "--simulate",
@@ -278,7 +280,7 @@ def test_allow_kill_frees_a_gpu_held_by_a_stray_process(tmp_path):
 
 
 def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
-    from agent.approve import Review
+    from specdoctor.agent.approve import Review
 
     class Person:
         kind = "user"
@@ -293,13 +295,13 @@ def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
             self.notes.append(note)
             if attempt == 0 or note:
                 return Review(approved=True, spec=new, by="user")
-            typo = LaunchSpec.parse(new.shell().replace("--mem-fraction-static", "--mem-fraction-statc"))
+            typo = LaunchCommand.parse(new.shell().replace("--mem-fraction-static", "--mem-fraction-statc"))
             return Review(approved=True, spec=typo, by="user")
 
     person = Person()
     sink = Collect()
     loop = Loop(
-        LaunchSpec.parse(kimi("").replace("--mem-fraction-static 0.75", "--mem-fraction-static 0.97")),
+        LaunchCommand.parse(kimi("").replace("--mem-fraction-static 0.75", "--mem-fraction-static 0.97")),
         bundled(),
         SimulatedLauncher("h200x8", speed=SPEED),
         default_planner(),
@@ -319,14 +321,14 @@ def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
 
 
 def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
-    from agent.transcript import read_transcript
+    from specdoctor.agent.transcript import read_transcript
 
     port = find_free_port(39000)
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "specdoctor",
             "deploy",
             "--simulate",
             "h200x8",
@@ -359,7 +361,7 @@ def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
 
 
 def test_freeing_simulated_gpus_leaves_no_stale_profile_files() -> None:
-    from agent.launcher import SimulatedLauncher
+    from specdoctor.agent.launcher import SimulatedLauncher
 
     launcher = SimulatedLauncher("a100x2-busy", speed=0.05)
     first_report = launcher.gpus()

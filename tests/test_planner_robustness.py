@@ -8,13 +8,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.decision import Stop
-from agent.diagnose import context_for, decide
-from agent.planner import ChainPlanner, PlaybookPlanner
-from agent.spec import LaunchSpec
-from playbooks.base import Playbook
-from playbooks.registry import all_playbooks
-from tools.catalog_load import bundled
+from specdoctor.agent.diagnose import context_for, decide
+from specdoctor.agent.planner import ChainPlanner, PlaybookPlanner
+from specdoctor.playbooks.base import Playbook
+from specdoctor.playbooks.decision import Stop
+from specdoctor.playbooks.registry import all_playbooks
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
 
 DATA = Path(__file__).parent / "data"
 CAT = bundled()
@@ -32,7 +32,7 @@ COMMANDS = [json.loads(p.read_text())["command"] for p in sorted((DATA / "corpus
     command=st.sampled_from(COMMANDS),
 )
 def test_any_mix_of_real_and_random_lines_gets_a_decision(lines, command):
-    decision = decide(context_for(LaunchSpec.parse(command), CAT, lines))
+    decision = decide(context_for(LaunchCommand.parse(command), CAT, lines))
     assert decision.summary and decision.category
 
 
@@ -52,12 +52,12 @@ def test_a_rule_that_raises_is_skipped():
     rules = PlaybookPlanner([bad, *all_playbooks()])
     planner = ChainPlanner([rules])
     ctx = context_for(
-        LaunchSpec.parse(COMMANDS[0]),
+        LaunchCommand.parse(COMMANDS[0]),
         CAT,
         ["RuntimeError: CUDART error: peer access is not supported between these two devices"],
     )
-    decision = planner.decide(ctx)
-    assert decision is not None and not isinstance(decision, Stop)
-    # The failure is handed over once, to be shown with the decision, then forgotten.
-    assert planner.take_errors() == ("playbook site.broken failed: KeyError: 'boom'",)
-    assert planner.take_errors() == ()
+    planned = planner.plan(ctx)
+    assert planned.decision is not None and not isinstance(planned.decision, Stop)
+    # The failure is handed over with the decision it happened on, and not again with the next one.
+    assert planned.rule_errors == ("playbook site.broken failed: KeyError: 'boom'",)
+    assert planner.plan(ctx).rule_errors == ("playbook site.broken failed: KeyError: 'boom'",)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision import Fix, Retry, Stop
-from agent.diagnose import context_for, decide, gpus_from_case, outcome_from_log
-from agent.spec import LaunchSpec
-from playbooks.registry import all_playbooks
-from tools.catalog_load import bundled
+from specdoctor.agent.diagnose import context_for, decide, gpus_from_case, outcome_from_log
+from specdoctor.playbooks.decision import Fix, Retry, Stop
+from specdoctor.playbooks.registry import all_playbooks
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
 
 DATA = Path(__file__).parent / "data"
 CAT = bundled("0.5.23")
@@ -467,7 +467,7 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("s", SCENARIOS, ids=[f"{s.playbook}:{s.log}" for s in SCENARIOS])
 def test_playbook_on_real_log(s: Scenario):
-    spec = LaunchSpec.parse(s.command)
+    spec = LaunchCommand.parse(s.command)
     lines = real_log(s.log)
     ctx = context_for(
         spec, CAT, lines, gpus=gpus_from_case(s.gpus), outcome=outcome_from_log(lines, s.exit_kind)
@@ -501,7 +501,7 @@ def test_every_builtin_playbook_is_tested_on_a_real_log():
 
 
 def test_nothing_close_means_no_confident_guess():
-    spec = LaunchSpec.parse(f"{PY} --model-path M")
+    spec = LaunchCommand.parse(f"{PY} --model-path M")
     lines = ["[2026-01-01 00:00:00] Everything looked fine until the process vanished without a word."]
     decision = decide(context_for(spec, CAT, lines))
     assert isinstance(decision, Stop) and decision.category == "other" and decision.confidence <= 0.3
@@ -554,13 +554,13 @@ CASES = [("corpus-extra", c, p) for c, p in EXTRA] + [("corpus-blind", c, p) for
 
 @pytest.mark.parametrize(("folder", "case_id", "playbook_id"), CASES, ids=[c for _, c, _ in CASES])
 def test_playbook_solves_a_real_issue_case(folder, case_id, playbook_id):
-    from agent.diagnose import as_contract
-    from agent.evaluate import score_case
+    from specdoctor.agent.diagnose import as_contract
+    from specdoctor.agent.evaluate import score_case
 
     case = json.loads((DATA / folder / f"{case_id}.json").read_text())
     lines = case["log"].splitlines()
     ctx = context_for(
-        LaunchSpec.parse(case["command"]),
+        LaunchCommand.parse(case["command"]),
         CAT,
         lines,
         gpus=gpus_from_case(case["gpus"]),
@@ -580,7 +580,7 @@ def test_known_disagreement_custom_allreduce_under_memory_saver():
     )
     lines = case["log"].splitlines()
     ctx = context_for(
-        LaunchSpec.parse(case["command"]), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
+        LaunchCommand.parse(case["command"]), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
     )
     decision = decide(ctx)
     assert isinstance(decision, Fix) and decision.category == "nccl"
@@ -592,12 +592,12 @@ def test_backend_only_on_other_gpus_moves_to_another_backend():
     case = json.loads((DATA / "corpus-blind" / "gpt-oss-rtx5090-trtllm-mha-rejected.json").read_text())
     lines = case["log"].splitlines()
     ctx = context_for(
-        LaunchSpec.parse(case["command"]), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
+        LaunchCommand.parse(case["command"]), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
     )
     decision = decide(ctx)
     assert isinstance(decision, Fix) and decision.playbook == "sglang.backend.not-on-this-gpu"
     assert (
-        LaunchSpec.parse(case["command"])
+        LaunchCommand.parse(case["command"])
         .apply_all(decision.edits, CAT.canonical)
         .value("--attention-backend")
         == "triton"
@@ -616,7 +616,10 @@ def test_a_crash_after_ready_is_not_blamed_on_cuda_graph_capture():
         "KeyError: 'rid'",
     ]
     ctx = context_for(
-        LaunchSpec.parse(f"{PY} --model-path M"), CAT, lines, outcome=outcome_from_log(lines, "runtime-crash")
+        LaunchCommand.parse(f"{PY} --model-path M"),
+        CAT,
+        lines,
+        outcome=outcome_from_log(lines, "runtime-crash"),
     )
     decision = decide(ctx)
     assert decision.playbook != "sglang.cuda-graph.capture" and decision.category == "engine-bug"
@@ -626,7 +629,7 @@ def test_an_oom_after_the_kv_pool_is_placed_lowers_the_fraction_instead_of_givin
     oom = next(ln for ln in real_log("signature-logs/row-34.txt") if ln.strip())
     lines = [*_healthy_startup(), oom]
     ctx = context_for(
-        LaunchSpec.parse(f"{PY} --model-path M --mem-fraction-static 0.9"),
+        LaunchCommand.parse(f"{PY} --model-path M --mem-fraction-static 0.9"),
         CAT,
         lines,
         outcome=outcome_from_log(lines, "runtime-crash"),

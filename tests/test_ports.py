@@ -6,11 +6,11 @@ import socket
 
 import pytest
 
-from agent.loop import base_url
-from agent.spec import LaunchSpec
-from playbooks.view import SpecView
-from tools.catalog_load import bundled
-from tools.system import find_free_port, port_is_free
+from specdoctor.agent.attempt import base_url
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.system import find_free_port, port_is_free
 
 CAT = bundled("0.5.23")
 
@@ -60,4 +60,4 @@ def test_an_unresolvable_host_is_not_called_a_busy_port() -> None:
 )
 def test_base_url(host: str | None, url: str) -> None:
     cmd = "python -m sglang.launch_server --model-path m --port 8000" + (f" --host {host}" if host else "")
-    assert base_url(SpecView(LaunchSpec.parse(cmd), CAT)) == url
+    assert base_url(CommandView(LaunchCommand.parse(cmd), CAT)) == url

@@ -5,10 +5,10 @@ import socket
 
 import pytest
 
-from agent.preflight import preflight, validate_edits
-from agent.spec import LaunchSpec, SetFlag
-from tools.catalog_load import bundled
-from tools.gpu import parse_gpus_description
+from specdoctor.agent.preflight import preflight, validate_edits
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand, SetFlag
+from specdoctor.tools.gpu import parse_gpus_description
 
 CAT = bundled("0.5.23")
 ENTRY = "python -m sglang.launch_server"
@@ -50,7 +50,7 @@ def models(tmp_path):
 
 
 def run(cmd: str, **kw):
-    return preflight(LaunchSpec.parse(cmd), CAT, **kw)
+    return preflight(LaunchCommand.parse(cmd), CAT, **kw)
 
 
 def codes(report) -> list[str]:
@@ -247,7 +247,7 @@ def test_clean_command_is_clean(models):
 
 
 def test_validate_edits_refuses_unknown_flags_and_bad_paths(models):
-    spec = LaunchSpec.parse(f"{ENTRY} --model-path {models['target']}")
+    spec = LaunchCommand.parse(f"{ENTRY} --model-path {models['target']}")
     assert "not a flag" in validate_edits(spec, [SetFlag(flag="--speculative-tokens", values=("4",))], CAT)[0]
     assert validate_edits(spec, [SetFlag(flag="--model-path", values=("/etc",))], CAT) == [
         "model /etc: no config.json"
@@ -281,7 +281,7 @@ def test_one_vllm_speculative_token_becomes_a_valid_chain(models):
 
 def test_unknown_vllm_method_is_not_invented(models):
     config = json.dumps({"method": "medusa", "num_speculative_tokens": 3})
-    spec = LaunchSpec.parse(
+    spec = LaunchCommand.parse(
         [*ENTRY.split(), "--model-path", models["target"], "--speculative-config", config]
     )
     report = preflight(spec, CAT)
@@ -292,7 +292,7 @@ def test_unknown_vllm_method_is_not_invented(models):
 
 def test_vllm_method_maps_to_sglang_algorithm(models):
     config = json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": 2})
-    spec = LaunchSpec.parse(
+    spec = LaunchCommand.parse(
         [*ENTRY.split(), "--model-path", models["target"], "--speculative-config", config]
     )
     assert preflight(spec, CAT).corrected.value("--speculative-algorithm") == "NEXTN"

@@ -1,4 +1,4 @@
-"""tools.process on real process trees: teeing, stopping the whole tree, and no orphan whatever happens.
+"""specdoctor.tools.process on real process trees: teeing, stopping the whole tree, and no orphan whatever happens.
 
 The "engine" is a small Python tree standing in for SGLang's launcher + scheduler + detokenizer. Every
 test checks /proc itself afterwards (not through tools.process) that nothing of the tree is left.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.process import EngineProcess, EngineStartError, StopResult
+from specdoctor.tools.process import EngineProcess, EngineStartError, StopResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -356,7 +356,7 @@ def own_watchdogs() -> set[int]:
 OWNER = """
 import os, sys, time
 from pathlib import Path
-from tools.process import EngineProcess, install_signal_handlers
+from specdoctor.tools.process import EngineProcess, install_signal_handlers
 mode, log = sys.argv[1], Path(sys.argv[2])
 if mode == "signals":
     install_signal_handlers()

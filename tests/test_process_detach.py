@@ -26,7 +26,7 @@ def test_detached_engine_outlives_its_owner_and_keeps_logging(tmp_path):
         f"""
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
-        from tools.process import EngineProcess
+        from specdoctor.tools.process import EngineProcess
         seen = []
         engine = EngineProcess.start(
             [sys.executable, "-u", "-c", "import time\\nfor i in range(600):\\n print('tick', i, flush=True); time.sleep(0.1)"],
@@ -54,7 +54,7 @@ def test_detached_engine_outlives_its_owner_and_keeps_logging(tmp_path):
 
 
 def test_followed_output_reaches_subscribers_like_the_pipe(tmp_path):
-    from tools.process import EngineProcess
+    from specdoctor.tools.process import EngineProcess
 
     seen: list[str] = []
     engine = EngineProcess.start(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.catalog_load import bundled, help_text
+from specdoctor.tools.catalog_load import bundled, help_text
 
 pytestmark = pytest.mark.real_sglang
 PARSE_BATCH = Path(__file__).parent / "sglang_env" / "parse_batch.py"
@@ -23,7 +23,7 @@ def _check(env, args: list[str]) -> dict:
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "specdoctor",
             "check",
             "--json",
             "--no-host",
@@ -199,7 +199,7 @@ def test_bundled_snapshot_equals_real_help(sglang_env):
     ).read_text()
     assert real == bundled_text
     installed = [f.model_dump(exclude={"value_type", "default"}) for f in bundled("0.5.23").flags]
-    from tools.catalog_load import from_help_text
+    from specdoctor.tools.catalog_load import from_help_text
 
     assert [
         f.model_dump(exclude={"value_type", "default"})

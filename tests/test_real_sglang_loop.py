@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from specdoctor.tools.reaper import MARKER_VARIABLE
+from specdoctor.tools.system import find_free_port
 from tests.procs import live_processes
-from tools.reaper import MARKER_VARIABLE
-from tools.system import find_free_port
 
 pytestmark = pytest.mark.real_sglang
 
@@ -46,7 +46,7 @@ def nothing_left():
 def deploy(args: list[str], command: list[str], run_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "deploy", "--run-dir", str(run_dir), *args, "--", *command],
+        [sys.executable, "-m", "specdoctor", "deploy", "--run-dir", str(run_dir), *args, "--", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,6 +1,14 @@
 from __future__ import annotations
 
-from agent.redact import MASK, is_secret_env, is_secret_flag, redact, redact_argv, redact_env, redact_text
+from specdoctor.agent.redact import (
+    MASK,
+    is_secret_env,
+    is_secret_flag,
+    redact,
+    redact_argv,
+    redact_env,
+    redact_text,
+)
 
 
 def test_sglang_server_args_dump_keeps_no_secret():

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.transcript import read_transcript
+from specdoctor.agent.transcript import read_transcript
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def specdoctor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "specdoctor", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
 
 

@@ -1,4 +1,4 @@
-"""The simulated GPU node (`python -m tools.simnode`) against what real SGLang 0.5.23 prints and serves.
+"""The simulated GPU node (`python -m specdoctor.tools.simnode`) against what real SGLang 0.5.23 prints and serves.
 
 Every test runs the node as a real subprocess in its own process group, talks real HTTP on a free port,
 and checks /proc afterwards that no process of the launch is left. Failure texts are compared with the
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.simnode.memory import resolve_settings
-from tools.simnode.tracebacks import SITE
+from specdoctor.tools.simnode.memory import resolve_settings
+from specdoctor.tools.simnode.tracebacks import SITE
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ROOT / "tests" / "data" / "sglang-outputs"
@@ -119,7 +119,7 @@ class Node:
         if profile:
             run_env["SPECDOCTOR_SIM_PROFILE"] = profile
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.simnode", *full],
+            [sys.executable, "-m", "specdoctor.tools.simnode", *full],
             cwd=ROOT,
             env=run_env,
             stdin=subprocess.DEVNULL,
@@ -445,7 +445,7 @@ def test_readiness_is_503_until_warm_up_and_v1_models_answers_before(launch, mod
 
 
 def test_auto_mem_fraction_static_follows_memory_hook_for_an_h200() -> None:
-    from tools.simnode.args import defaults
+    from specdoctor.tools.simnode.args import defaults
 
     settings = resolve_settings({**defaults(), "model_path": "m"}, 143771, mla=False)
     # reserved = 512 + 8192 * 1.5 + 1/8 * 1024 + 256 * 2 + 58 prefill sizes * 8 MiB
@@ -770,8 +770,8 @@ def test_an_unknown_profile_is_a_configuration_error(launch, models) -> None:
 
 def test_the_simulator_never_imports_the_diagnoser() -> None:
     code = (
-        "import sys, tools.simnode.__main__; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'playbooks', 'agent'}))"
+        "import sys, specdoctor.tools.simnode.__main__; "
+        "print(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules} & {'specdoctor.playbooks', 'specdoctor.agent'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.events import (
+from specdoctor.agent.events import (
     EVENT_TYPES,
     DecisionEvent,
     Event,
@@ -27,9 +27,8 @@ from agent.events import (
     parse_event,
     redacted_event,
 )
-from agent.report import ReportBuilder, ReportError, RunReport
-from agent.spec import SetFlag
-from agent.transcript import (
+from specdoctor.agent.report import ReportBuilder, ReportError, RunReport
+from specdoctor.agent.transcript import (
     SCHEMA,
     VERSION,
     Transcript,
@@ -37,6 +36,7 @@ from agent.transcript import (
     TranscriptWriter,
     read_transcript,
 )
+from specdoctor.tools.command import SetFlag
 from tests.test_events import API_KEY, BEARER, HF_TOKEN, SECRETS, whole_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,10 +150,10 @@ def test_a_write_cut_by_ctrl_c_does_not_corrupt_the_next_event(tmp_path, monkeyp
             return real_write(fd, bytes(data[: len(data) // 2]))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("agent.transcript.os.write", half_then_interrupt)
+    monkeypatch.setattr("specdoctor.agent.transcript.os.write", half_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         writer.handle(bus.emit(run[1]))
-    monkeypatch.setattr("agent.transcript.os.write", real_write)
+    monkeypatch.setattr("specdoctor.agent.transcript.os.write", real_write)
     assert not path.read_bytes().endswith(b"\n"), "half a line is on disk"
 
     stop = bus.emit(run[-1])
@@ -168,8 +168,8 @@ def test_a_write_cut_by_ctrl_c_does_not_corrupt_the_next_event(tmp_path, monkeyp
 
 _CHILD = """
 import sys
-from agent.events import EventBus, StageEvent
-from agent.transcript import TranscriptWriter
+from specdoctor.agent.events import EventBus, StageEvent
+from specdoctor.agent.transcript import TranscriptWriter
 
 line = open(sys.argv[2]).read()[:3000]
 bus = EventBus([TranscriptWriter(sys.argv[1])])
@@ -514,7 +514,7 @@ def test_an_interrupted_report_write_keeps_the_previous_report(tmp_path, monkeyp
 
     for event in run[6:]:
         bus.emit(event)
-    monkeypatch.setattr("agent.report.os.fsync", interrupted)
+    monkeypatch.setattr("specdoctor.agent.report.os.fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         builder.write(path)
     assert path.read_bytes() == before

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision import Fix, Stop
-from agent.diagnose import context_for, decide, default_planner
-from agent.spec import LaunchSpec
-from playbooks.user import PlaybookFileError, load_dir, load_file
-from tools.catalog_load import bundled
+from specdoctor.agent.diagnose import context_for, decide, default_planner
+from specdoctor.playbooks.decision import Fix, Stop
+from specdoctor.playbooks.user import PlaybookFileError, load_dir, load_file
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
 
 DATA = Path(__file__).parent / "data"
 # A real NCCL shared-memory failure (signatures.md row 38), for a site rule to recognise first.
@@ -37,7 +37,7 @@ GOOD = """\
 
 def test_user_rule_runs_before_builtin_playbooks(tmp_path):
     (tmp_path / "site.yaml").write_text(GOOD)
-    spec = LaunchSpec.parse("python -m sglang.launch_server --model-path M --tp-size 8")
+    spec = LaunchCommand.parse("python -m sglang.launch_server --model-path M --tp-size 8")
     cat = bundled()
     decision = decide(context_for(spec, cat, SHM_LOG), default_planner(playbooks_dir=tmp_path))
     assert isinstance(decision, Fix) and decision.playbook == "site.shm"
@@ -55,7 +55,7 @@ def test_stop_rule(tmp_path):
         .splitlines()
     )
     decision = decide(
-        context_for(LaunchSpec.parse("python -m sglang.launch_server --model-path M"), bundled(), log),
+        context_for(LaunchCommand.parse("python -m sglang.launch_server --model-path M"), bundled(), log),
         default_planner(playbooks_dir=tmp_path),
     )
     assert isinstance(decision, Stop) and decision.playbook == "site.gpu4" and "reset" in decision.advice
@@ -108,7 +108,7 @@ def test_cli_reports_a_broken_playbook_in_one_line(tmp_path):
     (tmp_path / "bad.yaml").write_text("- id: x\n  category: nccl\n  trigger: '('\n  message: m\n  stop: s\n")
     case = DATA / "corpus" / "reasoning-parser-underscore.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "diagnose", "--case", str(case), "--playbooks", str(tmp_path)],
+        [sys.executable, "-m", "specdoctor", "diagnose", "--case", str(case), "--playbooks", str(tmp_path)],
         capture_output=True,
         text=True,
     )

@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.flag_synonyms import BY_WRITTEN, Synonym
-from tools.help_parser import FlagInfo
-from tools.similarity import score
+from specdoctor.tools.flag_synonyms import BY_WRITTEN, Synonym
+from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.similarity import score
 
 SUGGEST_MIN = 0.6
 """Below this a similar-looking flag is not even mentioned."""

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tools.catalog import FlagCatalog
-from tools.dirs import cache_dir
-from tools.help_parser import FlagInfo, parse_help
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.dirs import cache_dir
+from specdoctor.tools.help_parser import FlagInfo, parse_help
 
 DEFAULT_VERSION = "0.5.23"
 PROBE_TIMEOUT_S = 180.0

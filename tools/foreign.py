@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tools.reaper import Proc, read_proc, stop_tree
+from specdoctor.tools.reaper import Proc, read_proc, stop_tree
 
 
 def terminate_foreign(pids: list[int], grace_s: float = 10.0) -> str:

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tools.gpu_parse import (
+from specdoctor.tools.gpu_parse import (
     INSPECT_APP_FIELDS,
     INSPECT_GPU_FIELDS,
     Gpu,

@@ -1,6 +1,6 @@
 """GPU facts as typed values, and the pure parsers that build them from what nvidia-smi prints.
 
-Everything here is a function of text: no subprocess, no NVML. `tools.gpu` runs the live probe, reads
+Everything here is a function of text: no subprocess, no NVML. `specdoctor.tools.gpu` runs the live probe, reads
 user descriptions, and re-exports this API; import from there.
 """
 

@@ -17,8 +17,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.engines import SGLANG, EngineProfile
-from tools.log_stages import split_prefix
+from specdoctor.tools.engines import SGLANG, EngineProfile
+from specdoctor.tools.log_stages import split_prefix
 
 Kind = Literal["argparse", "exception", "traceback-cut", "fatal-line", "killed", "message", "none"]
 

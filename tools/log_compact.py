@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from agent.engines import SGLANG, EngineProfile
-from tools.log_cause import RootCause, extract_root_cause, usage_dump_span
-from tools.log_stages import TrackerState, split_prefix, strip_prefix, track
+from specdoctor.tools.engines import SGLANG, EngineProfile
+from specdoctor.tools.log_cause import RootCause, extract_root_cause, usage_dump_span
+from specdoctor.tools.log_stages import TrackerState, split_prefix, strip_prefix, track
 
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _SGLANG_TIME = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*)\] ?")

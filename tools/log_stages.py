@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.engines import SGLANG, EngineProfile
+from specdoctor.tools.engines import SGLANG, EngineProfile
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # vLLM: `(EngineCore_DP0 pid=12) ERROR 05-06 07:08:09 [core.py:700] ` (either half may be missing).

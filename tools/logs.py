@@ -4,8 +4,8 @@
 stage lines in between with byte searches, and reads a bounded window around the last error when the
 tail has none.
 
-The pieces live in `tools.log_stages` (prefixes, `StageTracker`), `tools.log_cause`
-(`extract_root_cause`) and `tools.log_compact` (`compact`); they are re-exported here so callers import
+The pieces live in `specdoctor.tools.log_stages` (prefixes, `StageTracker`), `specdoctor.tools.log_cause`
+(`extract_root_cause`) and `specdoctor.tools.log_compact` (`compact`); they are re-exported here so callers import
 one module.
 """
 
@@ -17,10 +17,17 @@ from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.engines import SGLANG, EngineProfile
-from tools.log_cause import Frame, RootCause, extract_root_cause, usage_dump_span
-from tools.log_compact import compact
-from tools.log_stages import StageChange, StageTracker, TrackerState, split_prefix, strip_prefix, track
+from specdoctor.tools.engines import SGLANG, EngineProfile
+from specdoctor.tools.log_cause import Frame, RootCause, extract_root_cause, usage_dump_span
+from specdoctor.tools.log_compact import compact
+from specdoctor.tools.log_stages import (
+    StageChange,
+    StageTracker,
+    TrackerState,
+    split_prefix,
+    strip_prefix,
+    track,
+)
 
 __all__ = [
     "Frame",

@@ -4,7 +4,7 @@ SGLang starts `sglang::scheduler` and `sglang::detokenizer` children; a SIGKILL 
 leaves them running and holding GPU memory, while a SIGTERM to the launcher ends them cleanly. So a
 launch runs in its own session and is always stopped as a whole tree: SIGTERM to the launcher, SIGTERM
 to whatever outlives it, SIGKILL to all after a grace period, then a check of /proc that nothing is
-left (see `tools.reaper` for how the tree is found, even children that left the process group).
+left (see `specdoctor.tools.reaper` for how the tree is found, even children that left the process group).
 Whatever ends specdoctor, the engine goes too:
 
 * normal exit or an uncaught exception: the `with` block and an `atexit` hook stop every live launch;
@@ -32,8 +32,8 @@ from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools import reaper
-from tools.reaper import MARKER_VARIABLE, EngineIdentity, Proc, find_engine, read_proc, stop_tree
+from specdoctor.tools import reaper
+from specdoctor.tools.reaper import MARKER_VARIABLE, EngineIdentity, Proc, find_engine, read_proc, stop_tree
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -279,7 +279,7 @@ class EngineProcess:
         """SIGTERM the launcher, then whatever of the launch outlives it; SIGKILL all after `grace_s`.
 
         Then reap the launcher and confirm in /proc that nothing of the launch is left. Call it after a
-        crash too: a launcher that died first can leave its scheduler running (see `tools.reaper`).
+        crash too: a launcher that died first can leave its scheduler running (see `specdoctor.tools.reaper`).
         """
         with self._stop_lock:
             began = time.monotonic()

@@ -7,7 +7,7 @@ the marker survives `setsid()` and re-parenting), and the parent links from proc
 A process is named by `(pid, start_time)`, so a recycled pid is never mistaken for ours.
 
 Run as a script, this module is the watchdog (`python -I -S reaper.py --marker ID --grace S`). It is
-started by `tools.process` before the engine, in its own session, so a Ctrl+C in specdoctor's terminal
+started by `specdoctor.tools.process` before the engine, in its own session, so a Ctrl+C in specdoctor's terminal
 does not reach it. Its stdin is a pipe whose only writer is specdoctor: it reads `engine <pid>
 <start_time>` once the engine runs and `release` after an orderly stop. End of input without `release`
 means specdoctor died (even by SIGKILL, which runs no cleanup), so it stops the engine and exits. It

@@ -7,8 +7,8 @@ import json
 import shutil
 import sys
 
-from agent import exitcodes
-from agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options
+from specdoctor.agent import exitcodes
+from specdoctor.agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,14 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.common import choose_catalog, gpu_facts, read_spec
-    from agent.preflight import preflight
-    from playbooks.view import SpecView
+    from specdoctor.agent.commands.common import choose_catalog, gpu_facts, read_spec
+    from specdoctor.agent.preflight import preflight
+    from specdoctor.playbooks.view import CommandView
 
     spec = read_spec(args)
     choice = choose_catalog(spec, args)
     host = not args.no_host
-    view = SpecView(spec, choice.catalog)
+    view = CommandView(spec, choice.catalog)
     described = bool(args.gpus or args.nvidia_smi)
     # The live GPUs matter only on the machine that will run it: without nvidia-smi here (a laptop checking
     # a cluster command) they are skipped, not reported as a fault of the command.
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def as_json(report, canon) -> dict:
-    from agent.spec import diff
+    from specdoctor.tools.command import diff
 
     return {
         "ok": report.clean,
@@ -68,8 +68,8 @@ def as_json(report, canon) -> dict:
 
 
 def show(report, canon) -> None:
-    from agent.render import Out, diff_lines, finding_lines
-    from agent.spec import diff
+    from specdoctor.agent.render import Out, diff_lines, finding_lines
+    from specdoctor.tools.command import diff
 
     out = Out(sys.stdout)
     out.line(f"specdoctor check · {report.catalog_note} · {report.elapsed_s * 1000:.1f} ms", "dim")

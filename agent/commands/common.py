@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent.commands.options import command_words
-from agent.errors import UsageError
-from agent.spec import LaunchSpec
-from tools.catalog_load import CatalogChoice, for_command
-from tools.gpu import GpuReport
+from specdoctor.agent.commands.options import command_words
+from specdoctor.tools.catalog_load import CatalogChoice, for_command
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.errors import UsageError
+from specdoctor.tools.gpu import GpuReport
 
 
-def read_spec(args: argparse.Namespace) -> LaunchSpec:
-    return LaunchSpec.parse(command_words(args.command))
+def read_spec(args: argparse.Namespace) -> LaunchCommand:
+    return LaunchCommand.parse(command_words(args.command))
 
 
-def choose_catalog(spec: LaunchSpec, args: argparse.Namespace) -> CatalogChoice:
+def choose_catalog(spec: LaunchCommand, args: argparse.Namespace) -> CatalogChoice:
     catalog_file = Path(args.catalog) if getattr(args, "catalog", None) else None
     return for_command(
         spec.entrypoint,
@@ -29,7 +29,7 @@ def choose_catalog(spec: LaunchSpec, args: argparse.Namespace) -> CatalogChoice:
 
 def gpu_facts(args: argparse.Namespace, live: bool = True) -> GpuReport | None:
     """GPU facts from --gpus, --nvidia-smi FILE, or (when `live`) the nvidia-smi of this machine."""
-    from tools import gpu
+    from specdoctor.tools import gpu
 
     if getattr(args, "gpus", None):
         report = gpu.parse_gpus_description(args.gpus)
@@ -42,7 +42,7 @@ def gpu_facts(args: argparse.Namespace, live: bool = True) -> GpuReport | None:
 
 
 def read_nvidia_smi_file(path: Path) -> GpuReport:
-    from tools import gpu
+    from specdoctor.tools import gpu
 
     try:
         text = path.read_text(errors="replace")
@@ -64,8 +64,8 @@ def llm_planner(args: argparse.Namespace, host: bool = True):
     if getattr(args, "no_llm", False):
         return None, ("The LLM planner is off (--no-llm).",)
     try:
-        from agent.llm import LLMConfig
-        from agent.llm_planner import LLMPlanner
+        from specdoctor.agent.llm import LLMConfig
+        from specdoctor.agent.llm_planner import LLMPlanner
     except ImportError:
         return None, ()
     setup = LLMConfig.setup(

@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from agent.commands.options import positive
+from specdoctor.agent.commands.options import positive
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,14 +44,14 @@ def seed_command(models: Path, port: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.approve import PolicyApprover
-    from agent.console import ConsoleSink
-    from agent.launcher import SimulatedLauncher
-    from agent.render import Out
-    from agent.session import Session, make_run_dir, settings_for
-    from agent.spec import LaunchSpec
-    from tools.catalog_load import CatalogChoice, bundled
-    from tools.process import install_signal_handlers
+    from specdoctor.agent.approve import PolicyApprover
+    from specdoctor.agent.console import ConsoleSink
+    from specdoctor.agent.launcher import SimulatedLauncher
+    from specdoctor.agent.render import Out
+    from specdoctor.agent.session import Session, make_run_dir, settings_for
+    from specdoctor.tools.catalog_load import CatalogChoice, bundled
+    from specdoctor.tools.command import LaunchCommand
+    from specdoctor.tools.process import install_signal_handlers
 
     install_signal_handlers()
     models = Path(__file__).resolve().parent.parent / "data" / "demo"
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        spec = LaunchSpec.parse(seed_command(models, port))
+        spec = LaunchCommand.parse(seed_command(models, port))
         out.line(
             "The seed story: Kimi-K2.5 + an EAGLE-3 drafter on 8x H200 (simulated), with four faults in one command.",
             "bold",
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             choice=CatalogChoice(catalog=catalog, note="flags of SGLang 0.5.23 (bundled --help)"),
             launcher=SimulatedLauncher("h200x8", speed=args.sim_speed),
             approver=PolicyApprover(0.5),
-            settings=settings_for(demo_args, run_dir, supervise=False, stop_when_healthy=True),
+            settings=settings_for(demo_args, run_dir, when_healthy="stop"),
             run_dir=run_dir,
             mode="demo",
             sinks=[ConsoleSink(out, stages=not args.quiet_stages, canon=catalog.canonical)],

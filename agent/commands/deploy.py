@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from agent import exitcodes
-from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options, add_run_options
+from specdoctor.agent import exitcodes
+from specdoctor.agent.commands.options import (
+    add_catalog_options,
+    add_command_argument,
+    add_llm_options,
+    add_run_options,
+)
+
+if TYPE_CHECKING:
+    from specdoctor.agent.policy import Mode
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,12 +49,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.approve import PolicyApprover
-    from agent.commands.common import choose_catalog, read_spec
-    from agent.console import ConsoleSink
-    from agent.render import Out
-    from agent.session import Session, launcher_for, make_run_dir, settings_for
-    from tools.process import install_signal_handlers
+    from specdoctor.agent.approve import PolicyApprover
+    from specdoctor.agent.commands.common import choose_catalog, read_spec
+    from specdoctor.agent.console import ConsoleSink
+    from specdoctor.agent.render import Out
+    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
+    from specdoctor.tools.process import install_signal_handlers
 
     install_signal_handlers()
     spec = read_spec(args)
@@ -57,14 +66,11 @@ def run(args: argparse.Namespace) -> int:
         choice=choice,
         launcher=launcher_for(args),
         approver=PolicyApprover(args.min_confidence),
-        settings=settings_for(
-            args, run_dir, supervise=not (args.detach or args.once), stop_when_healthy=args.once
-        ),
+        settings=settings_for(args, run_dir, when_healthy=_when_healthy(args)),
         run_dir=run_dir,
         mode="deploy",
         sinks=[ConsoleSink(out, canon=choice.catalog.canonical)],
     )
-    session.settings = session.settings.model_copy(update={"detach": args.detach})
     result = session.run(args)
     report_path = run_dir / "report.json"
     if session.report is not None:
@@ -75,3 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(report_path.read_text())
     return result.exit_code
+
+
+def _when_healthy(args: argparse.Namespace) -> Mode:
+    return "detach" if args.detach else "stop" if args.once else "supervise"

@@ -7,7 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options, add_llm_options
+from specdoctor.agent.commands.options import (
+    add_catalog_options,
+    add_command_argument,
+    add_gpu_options,
+    add_llm_options,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,22 +41,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.common import choose_catalog, gpu_facts, llm_planner, read_spec
-    from agent.diagnose import (
+    from specdoctor.agent.commands.common import choose_catalog, gpu_facts, llm_planner, read_spec
+    from specdoctor.agent.diagnose import (
         as_contract,
         context_for,
         context_from_file,
-        decide,
         default_planner,
         gpus_from_case,
+        plan,
         read_case,
     )
-    from agent.errors import UsageError
-    from agent.spec import LaunchSpec
+    from specdoctor.tools.command import LaunchCommand
+    from specdoctor.tools.errors import UsageError
 
     if args.case:
         case = read_case(Path(args.case))
-        spec = LaunchSpec.parse(case.command)
+        spec = LaunchCommand.parse(case.command)
         choice = choose_catalog(spec, args)
         gpus = gpu_facts(args, live=False) or gpus_from_case(case.gpus)
         ctx = context_for(
@@ -73,26 +78,27 @@ def run(args: argparse.Namespace) -> int:
         )
     llm, notes = llm_planner(args, host=False)
     planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
-    decision = decide(ctx, planner)
-    contract = as_contract(decision, ctx)
-    for error in planner.take_errors():
+    planned = plan(ctx, planner)
+    assert planned.decision is not None
+    contract = as_contract(planned.decision, ctx)
+    for error in planned.rule_errors:
         print(f"specdoctor: warning: {error} (skipped; please report it)", file=sys.stderr)
     if args.json:
         print(json.dumps(contract, indent=2))
     else:
-        show(contract, ctx, choice.note, planner.last_planner)
+        show(contract, ctx, choice.note, planned.planner)
     return 0
 
 
 def _outcome(log: str, exit_kind: str | None):
-    from agent.diagnose import outcome_from_log
+    from specdoctor.agent.diagnose import outcome_from_log
 
     return outcome_from_log(log.splitlines(), exit_kind)
 
 
 def show(contract: dict, ctx, note: str, planner: str) -> None:
-    from agent.render import Out, diff_lines
-    from agent.spec import LaunchSpec, diff
+    from specdoctor.agent.render import Out, diff_lines
+    from specdoctor.tools.command import LaunchCommand, diff
 
     out = Out(sys.stdout)
     out.line(f"specdoctor diagnose · {note}", "dim")
@@ -106,7 +112,7 @@ def show(contract: dict, ctx, note: str, planner: str) -> None:
     for line in contract["evidence"][:4]:
         out.line(f"  log: {line}", "dim")
     if contract["action"] == "fix":
-        new = LaunchSpec.parse(contract["command"])
+        new = LaunchCommand.parse(contract["command"])
         out.line("changes:", "bold")
         diff_lines(out, diff(ctx.spec, new, ctx.catalog.canonical))
         out.line("corrected command:", "bold")

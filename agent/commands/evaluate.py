@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from agent.commands.options import add_llm_options
+from specdoctor.agent.commands.options import add_llm_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.common import llm_planner
-    from agent.diagnose import (
+    from specdoctor.agent.commands.common import llm_planner
+    from specdoctor.agent.diagnose import (
         as_contract,
         context_for,
         decide,
@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
         outcome_from_log,
         read_case,
     )
-    from agent.errors import UsageError
-    from agent.evaluate import score_case
-    from agent.spec import LaunchSpec
-    from tools.catalog_load import bundled
+    from specdoctor.agent.evaluate import score_case
+    from specdoctor.tools.catalog_load import bundled
+    from specdoctor.tools.command import LaunchCommand
+    from specdoctor.tools.errors import UsageError
 
     folder = Path(args.cases)
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     scores = []
     for path in paths:
         case = read_case(path)
-        spec = LaunchSpec.parse(case.command)
+        spec = LaunchCommand.parse(case.command)
         lines = case.log.splitlines()
         ctx = context_for(
             spec,
@@ -85,7 +85,7 @@ def totals(scores) -> dict:
 
 
 def show(scores) -> None:
-    from agent.render import Out
+    from specdoctor.agent.render import Out
 
     out = Out(sys.stdout)
     by_cat: dict[str, list] = {}

@@ -6,15 +6,20 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from agent import exitcodes
-from agent.commands.options import add_catalog_options, add_command_argument, add_llm_options, add_run_options
+from specdoctor.agent import exitcodes
+from specdoctor.agent.commands.options import (
+    add_catalog_options,
+    add_command_argument,
+    add_llm_options,
+    add_run_options,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent.approve import Approver
-    from agent.events import Sink
-    from agent.spec import Canon
+    from specdoctor.agent.approve import Approver
+    from specdoctor.agent.events import Sink
+    from specdoctor.tools.command import Canon
 
     Parts = tuple[Approver, list[Sink], Callable[[str], None]]
     """Who approves, the event sinks, and how a closing line is written."""
@@ -44,9 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.common import choose_catalog, read_spec
-    from agent.session import Session, launcher_for, make_run_dir, settings_for
-    from tools.process import install_signal_handlers
+    from specdoctor.agent.commands.common import choose_catalog, read_spec
+    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
+    from specdoctor.tools.process import install_signal_handlers
 
     install_signal_handlers()
     spec = read_spec(args)
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         choice=choice,
         launcher=launcher_for(args),
         approver=approver,
-        settings=settings_for(args, run_dir, supervise=args.keep, stop_when_healthy=not args.keep),
+        settings=settings_for(args, run_dir, when_healthy="supervise" if args.keep else "stop"),
         run_dir=run_dir,
         mode="fix",
         sinks=sinks,
@@ -81,8 +86,8 @@ def _interactive(canon: Canon) -> Parts:
     from rich.console import Console
     from rich.text import Text
 
-    from agent.interactive import InteractiveApprover
-    from agent.live import LiveView
+    from specdoctor.agent.interactive import InteractiveApprover
+    from specdoctor.agent.live import LiveView
 
     console = Console(highlight=False)
     view = LiveView(console, canon=canon)
@@ -91,9 +96,9 @@ def _interactive(canon: Canon) -> Parts:
 
 
 def _unattended(args: argparse.Namespace, canon: Canon) -> Parts:
-    from agent.approve import PolicyApprover
-    from agent.console import ConsoleSink
-    from agent.render import Out
+    from specdoctor.agent.approve import PolicyApprover
+    from specdoctor.agent.console import ConsoleSink
+    from specdoctor.agent.render import Out
 
     out = Out(sys.stdout)
     return (

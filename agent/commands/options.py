@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from agent.errors import UsageError
+from specdoctor.tools.errors import UsageError
 
 
 def add_command_argument(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent import exitcodes
+from specdoctor.agent import exitcodes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "data" / "examples"
 
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.transcript import read_transcript
+    from specdoctor.agent.transcript import read_transcript
 
     transcript = read_transcript(Path(args.transcript))
     for warning in transcript.warnings:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def play(transcript, speed: float) -> int:
-    from agent.console import ConsoleSink
+    from specdoctor.agent.console import ConsoleSink
 
     sink = ConsoleSink()
     last = 0.0
@@ -58,9 +58,9 @@ def play(transcript, speed: float) -> int:
 
 
 def compare(transcript, args: argparse.Namespace) -> int:
-    from agent.diagnose import default_planner
-    from agent.render import Out
-    from agent.replay import replay
+    from specdoctor.agent.diagnose import default_planner
+    from specdoctor.agent.render import Out
+    from specdoctor.agent.replay import replay
 
     planner = default_planner(playbooks_dir=Path(args.playbooks) if args.playbooks else None)
     steps = replay(transcript, planner)

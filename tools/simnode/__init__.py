@@ -1,7 +1,7 @@
 """A simulated GPU node running a fake SGLang 0.5.23, for the demo and end-to-end tests on a machine with no GPU.
 
-Run it as SGLang is run: `python -m tools.simnode <SGLang args>` (like `python -m sglang.launch_server`) or
-`python -m tools.simnode serve [MODEL] <args>` (like `sglang serve`). Environment:
+Run it as SGLang is run: `python -m specdoctor.tools.simnode <SGLang args>` (like `python -m sglang.launch_server`) or
+`python -m specdoctor.tools.simnode serve [MODEL] <args>` (like `sglang serve`). Environment:
 
 * `SPECDOCTOR_SIM_PROFILE`: a built-in node (`h200x8` (default), `h100x8`, `rtx4090x2`, `a100x2-busy`) or the
   path of a JSON file shaped like `profile.NodeProfile`:

@@ -1,13 +1,13 @@
-"""`python -m tools.simnode [serve] <SGLang args>`: a simulated GPU node running a fake SGLang 0.5.23."""
+"""`python -m specdoctor.tools.simnode [serve] <SGLang args>`: a simulated GPU node running a fake SGLang 0.5.23."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from tools.simnode.args import UsageExit, parse
-from tools.simnode.launcher import Launcher
-from tools.simnode.profile import PROFILE_ENV, ProfileError, load_profile, speed_from_env
+from specdoctor.tools.simnode.args import UsageExit, parse
+from specdoctor.tools.simnode.launcher import Launcher
+from specdoctor.tools.simnode.profile import PROFILE_ENV, ProfileError, load_profile, speed_from_env
 
 EXIT_BAD_PROFILE = 78
 """The simulator's own configuration is wrong (EX_CONFIG); never an SGLang exit code."""

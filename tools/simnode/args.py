@@ -1,7 +1,7 @@
 """Parse a launch command exactly as SGLang 0.5.23's argparse does, with its real flag catalog.
 
-`python -m tools.simnode ARGS` stands for `python -m sglang.launch_server ARGS` (stderr banner, no
-positional model); `python -m tools.simnode serve [MODEL] ARGS` stands for `sglang serve`.
+`python -m specdoctor.tools.simnode ARGS` stands for `python -m sglang.launch_server ARGS` (stderr banner, no
+positional model); `python -m specdoctor.tools.simnode serve [MODEL] ARGS` stands for `sglang serve`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.catalog_load import bundled
-from tools.help_parser import FlagInfo
-from tools.simnode.tracebacks import SITE, serve_missing_model
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.simnode.tracebacks import SITE, serve_missing_model
 
 VERSION = "0.5.23"
 BANNER = (

@@ -14,8 +14,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tools.simnode.engine import Engine
-from tools.simnode.logging_fmt import Log
+from specdoctor.tools.simnode.engine import Engine
+from specdoctor.tools.simnode.logging_fmt import Log
 
 
 class ServerState:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.simnode.logging_fmt import Log
+from specdoctor.tools.simnode.logging_fmt import Log
 
 FORWARD_S = 0.007
 """One decode forward on the simulated GPU (about 140 tokens/s for one request without speculation)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.simnode.args import VERSION
-from tools.simnode.stages import SchedulerReady
-from tools.simnode.validate import Resolved
+from specdoctor.tools.simnode.args import VERSION
+from specdoctor.tools.simnode.stages import SchedulerReady
+from specdoctor.tools.simnode.validate import Resolved
 
 
 def server_info(

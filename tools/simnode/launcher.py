@@ -19,19 +19,19 @@ import urllib.request
 from pathlib import Path
 from typing import NoReturn
 
-from tools.simnode import scheduler_tracebacks as tb
-from tools.simnode import tracebacks
-from tools.simnode.args import Invocation
-from tools.simnode.endpoints import ServerState, SimServer
-from tools.simnode.engine import Engine
-from tools.simnode.failure import ResolveFailure, SchedulerFailure
-from tools.simnode.info import model_info, server_info
-from tools.simnode.logging_fmt import Log
-from tools.simnode.pacing import Pacer, Stopped
-from tools.simnode.plan import make_plan
-from tools.simnode.profile import NodeProfile
-from tools.simnode.stages import SchedulerReady, SchedulerStartup
-from tools.simnode.validate import Resolved, resolve
+from specdoctor.tools.simnode import scheduler_tracebacks as tb
+from specdoctor.tools.simnode import tracebacks
+from specdoctor.tools.simnode.args import Invocation
+from specdoctor.tools.simnode.endpoints import ServerState, SimServer
+from specdoctor.tools.simnode.engine import Engine
+from specdoctor.tools.simnode.failure import ResolveFailure, SchedulerFailure
+from specdoctor.tools.simnode.info import model_info, server_info
+from specdoctor.tools.simnode.logging_fmt import Log
+from specdoctor.tools.simnode.pacing import Pacer, Stopped
+from specdoctor.tools.simnode.plan import make_plan
+from specdoctor.tools.simnode.profile import NodeProfile
+from specdoctor.tools.simnode.stages import SchedulerReady, SchedulerStartup
+from specdoctor.tools.simnode.validate import Resolved, resolve
 
 SCHEDULER_MARKER = "sglang::scheduler"
 CHILD_SCRIPT = Path(__file__).with_name("child.py")

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tools.simnode import scheduler_tracebacks as tb
-from tools.simnode.failure import SchedulerFailure
-from tools.simnode.profile import NodeProfile
+from specdoctor.tools.simnode import scheduler_tracebacks as tb
+from specdoctor.tools.simnode.failure import SchedulerFailure
+from specdoctor.tools.simnode.profile import NodeProfile
 
 GRAPH_BASE_GIB = 0.25
 """Fixed cost of a decode graph capture (buffers, workspace) besides the per-batch-size part."""

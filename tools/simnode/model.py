@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.simnode import tracebacks
-from tools.simnode.failure import ResolveFailure
+from specdoctor.tools.simnode import tracebacks
+from specdoctor.tools.simnode.failure import ResolveFailure
 
 # get_context_length's key order (sglang/srt/utils/hf_transformers/common.py): the first present wins.
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")

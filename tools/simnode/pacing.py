@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from tools.simnode.profile import Inject, Stage
+from specdoctor.tools.simnode.profile import Inject, Stage
 
 
 class Stopped(Exception):

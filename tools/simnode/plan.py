@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.simnode.engine import SpecPlan
-from tools.simnode.model import ModelConfig
-from tools.simnode.profile import ModelSize, NodeProfile
-from tools.simnode.validate import Resolved
+from specdoctor.tools.simnode.engine import SpecPlan
+from specdoctor.tools.simnode.model import ModelConfig
+from specdoctor.tools.simnode.profile import ModelSize, NodeProfile
+from specdoctor.tools.simnode.validate import Resolved
 
 DEFAULT_ACCEPT = {
     "EAGLE3": 3.0,

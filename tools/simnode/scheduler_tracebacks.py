@@ -6,7 +6,7 @@ function and code line of SGLang 0.5.23, and the messages are the source's own f
 
 from __future__ import annotations
 
-from tools.simnode.tracebacks import SITE
+from specdoctor.tools.simnode.tracebacks import SITE
 
 _S = SITE + "/sglang/srt"
 _TORCH = SITE + "/torch"

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.simnode import scheduler_tracebacks as tb
-from tools.simnode.failure import SchedulerFailure
-from tools.simnode.logging_fmt import Log
-from tools.simnode.memory import KVPool, NodeMemory, decode_graph_need_gib, prefill_graph_need_gib
-from tools.simnode.pacing import Pacer
-from tools.simnode.plan import LaunchPlan
-from tools.simnode.profile import NodeProfile
-from tools.simnode.validate import Resolved
+from specdoctor.tools.simnode import scheduler_tracebacks as tb
+from specdoctor.tools.simnode.failure import SchedulerFailure
+from specdoctor.tools.simnode.logging_fmt import Log
+from specdoctor.tools.simnode.memory import KVPool, NodeMemory, decode_graph_need_gib, prefill_graph_need_gib
+from specdoctor.tools.simnode.pacing import Pacer
+from specdoctor.tools.simnode.plan import LaunchPlan
+from specdoctor.tools.simnode.profile import NodeProfile
+from specdoctor.tools.simnode.validate import Resolved
 
 # Nominal seconds of each step at SPECDOCTOR_SIM_SPEED=1.0.
 INIT_S, WEIGHTS_S, DRAFT_S, KV_S, GRAPH_S, SCHEDULER_S = 0.4, 1.2, 0.3, 0.3, 0.8, 0.1

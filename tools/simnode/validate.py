@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.simnode import tracebacks as tb
-from tools.simnode.failure import ResolveFailure
-from tools.simnode.memory import MemorySettings, resolve_settings
-from tools.simnode.model import ModelConfig, read_model
-from tools.simnode.profile import NodeProfile
+from specdoctor.tools.simnode import tracebacks as tb
+from specdoctor.tools.simnode.failure import ResolveFailure
+from specdoctor.tools.simnode.memory import MemorySettings, resolve_settings
+from specdoctor.tools.simnode.model import ModelConfig, read_model
+from specdoctor.tools.simnode.profile import NodeProfile
 
 MAX_RUNNING_RESET = (
     "Max running requests is reset to 48 for speculative decoding. "

@@ -4,20 +4,20 @@ import shlex
 
 import pytest
 
-from agent.spec import (
-    LaunchSpec,
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import (
+    CommandError,
+    LaunchCommand,
     Option,
     PositionalToFlag,
     RemoveFlag,
     RenameFlag,
     SetEnv,
     SetFlag,
-    SpecError,
     UnsetEnv,
     diff,
 )
 from tests.conftest import corpus_cases
-from tools.catalog_load import bundled
 
 CASES = corpus_cases()
 
@@ -25,17 +25,17 @@ CASES = corpus_cases()
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_corpus_commands_round_trip_exactly(case):
     line = case["command"]
-    spec = LaunchSpec.parse(line)
+    spec = LaunchCommand.parse(line)
     rendered = spec.shell()
     assert shlex.split(rendered) == shlex.split(line)
-    assert LaunchSpec.parse(rendered) == spec
-    assert LaunchSpec.parse(shlex.split(line)) == spec
+    assert LaunchCommand.parse(rendered) == spec
+    assert LaunchCommand.parse(shlex.split(line)) == spec
     env = [t for t in shlex.split(line) if "=" in t and t.split("=")[0].isupper() and not t.startswith("-")]
     assert [f"{k}={v}" for k, v in spec.env] == env
 
 
 def test_parse_entrypoints_and_argument_forms():
-    spec = LaunchSpec.parse(
+    spec = LaunchCommand.parse(
         "CUDA_VISIBLE_DEVICES=0,1 /opt/venv/bin/python3.11 -u -m sglang.launch_server --model-path M "
         '--cuda-graph-bs 32 40 --json-model-override-args \'{"rope_scaling": {"factor": 2}}\' '
         "--port=30001 --trust-remote-code --port 30002 --schedule-conservativeness -0.5"
@@ -53,21 +53,21 @@ def test_parse_entrypoints_and_argument_forms():
 
 
 def test_sglang_serve_with_positional_model():
-    spec = LaunchSpec.parse(["sglang", "serve", "Qwen/Qwen3-8B", "--tp-size", "2"])
+    spec = LaunchCommand.parse(["sglang", "serve", "Qwen/Qwen3-8B", "--tp-size", "2"])
     assert spec.is_serve_cli and spec.interpreter is None
     assert spec.positionals() == ["Qwen/Qwen3-8B"]
     assert spec.shell() == "sglang serve Qwen/Qwen3-8B --tp-size 2"
 
 
 def test_shell_line_quotes_what_needs_quoting():
-    spec = LaunchSpec.parse(["python", "-m", "sglang.launch_server", "--chat-template", "a b"])
+    spec = LaunchCommand.parse(["python", "-m", "sglang.launch_server", "--chat-template", "a b"])
     spec = spec.apply(SetEnv(name="HF_HOME", value="/data/hf cache"))
     assert spec.shell() == "HF_HOME='/data/hf cache' python -m sglang.launch_server --chat-template 'a b'"
 
 
 def test_edits_keep_position_and_style():
     cat = bundled()
-    spec = LaunchSpec.parse(
+    spec = LaunchCommand.parse(
         "python -m sglang.launch_server --model-path M --tp 8 --mem-fraction-static=0.9 --port 1"
     )
     out = spec.apply_all(
@@ -88,26 +88,26 @@ def test_edits_keep_position_and_style():
 
 
 def test_rename_unknown_flag_keeps_values_in_place():
-    spec = LaunchSpec.parse("python -m sglang.launch_server --num-speculative-tokens 16 --model-path M")
+    spec = LaunchCommand.parse("python -m sglang.launch_server --num-speculative-tokens 16 --model-path M")
     out = spec.apply(RenameFlag(flag="--num-speculative-tokens", to="--speculative-num-draft-tokens"))
     assert out.argv()[3:5] == ["--speculative-num-draft-tokens", "16"]
 
 
 def test_set_replaces_every_occurrence_once():
-    spec = LaunchSpec.parse("python -m sglang.launch_server --port 1 --model-path M --port 2")
+    spec = LaunchCommand.parse("python -m sglang.launch_server --port 1 --model-path M --port 2")
     out = spec.apply(SetFlag(flag="--port", values=("3",)))
     assert out.argv() == ["python", "-m", "sglang.launch_server", "--port", "3", "--model-path", "M"]
 
 
 def test_positional_to_flag():
-    spec = LaunchSpec.parse("python -m sglang.launch_server /models/llama --tp-size 2")
+    spec = LaunchCommand.parse("python -m sglang.launch_server /models/llama --tp-size 2")
     out = spec.apply(PositionalToFlag(value="/models/llama", flag="--model-path"))
     assert out.shell() == "python -m sglang.launch_server --model-path /models/llama --tp-size 2"
 
 
 def test_diff_is_readable_and_alias_aware():
     cat = bundled()
-    old = LaunchSpec.parse(
+    old = LaunchCommand.parse(
         "A=1 python -m sglang.launch_server --model-path M --tp 8 --num-speculative-tokens 16"
     )
     new = old.apply_all(
@@ -141,8 +141,8 @@ def test_diff_is_readable_and_alias_aware():
     ],
 )
 def test_malformed_commands_get_one_clear_line(command, says):
-    with pytest.raises(SpecError) as err:
-        LaunchSpec.parse(command)
+    with pytest.raises(CommandError) as err:
+        LaunchCommand.parse(command)
     message = str(err.value)
     assert says in message and "\n" not in message
 
@@ -156,5 +156,5 @@ def test_backslash_continuations_read_like_a_shell():
     pasted = (
         "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server \\\n  --model-path M \\\r\n  --tp-size 2"
     )
-    spec = LaunchSpec.parse(pasted)
+    spec = LaunchCommand.parse(pasted)
     assert spec.argv() == ["python", "-m", "sglang.launch_server", "--model-path", "M", "--tp-size", "2"]

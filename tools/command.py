@@ -1,4 +1,4 @@
-"""LaunchSpec: the launch command as data, and typed edits to it.
+"""LaunchCommand: the launch command as data, and typed edits to it.
 
 A command is kept token-exact: parse a shell line or an argv list, edit it with typed edits, render it
 back to argv (to run) or to a copy-pasteable shell line (to show). Nothing here runs anything.
@@ -31,7 +31,7 @@ KNOWN_OTHER_ENGINES = {
 }
 
 
-class SpecError(ValueError):
+class CommandError(ValueError):
     """A launch command that cannot be understood; the message says what is wrong and what to do."""
 
 
@@ -70,7 +70,7 @@ def _same(name: str) -> str:
     return name
 
 
-class LaunchSpec(BaseModel):
+class LaunchCommand(BaseModel):
     """A launch command: environment overrides, the entrypoint, and the ordered arguments."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -80,11 +80,11 @@ class LaunchSpec(BaseModel):
 
     # ---- parsing -------------------------------------------------------------------------------
     @classmethod
-    def parse(cls, command: str | Sequence[str]) -> LaunchSpec:
-        """Parse one shell line or an argv list. Raises SpecError with a one-line reason."""
+    def parse(cls, command: str | Sequence[str]) -> LaunchCommand:
+        """Parse one shell line or an argv list. Raises CommandError with a one-line reason."""
         tokens = _split(command) if isinstance(command, str) else list(command)
         if not tokens or all(not t.strip() for t in tokens):
-            raise SpecError(
+            raise CommandError(
                 "empty launch command: give it after `--`, e.g. `-- python -m sglang.launch_server ...`"
             )
         env: list[tuple[str, str]] = []
@@ -151,10 +151,10 @@ class LaunchSpec(BaseModel):
         return found[-1].values if found else None
 
     # ---- editing -------------------------------------------------------------------------------
-    def apply(self, edit: Edit, canon: Canon = _same) -> LaunchSpec:
+    def apply(self, edit: Edit, canon: Canon = _same) -> LaunchCommand:
         return edit.apply_to(self, canon)
 
-    def apply_all(self, edits: Iterable[Edit], canon: Canon = _same) -> LaunchSpec:
+    def apply_all(self, edits: Iterable[Edit], canon: Canon = _same) -> LaunchCommand:
         spec = self
         for edit in edits:
             spec = edit.apply_to(spec, canon)
@@ -166,36 +166,36 @@ def _split(line: str) -> list[str]:
     try:
         return shlex.split(line.replace("\\\r\n", " ").replace("\\\n", " "), comments=False, posix=True)
     except ValueError as exc:
-        raise SpecError(f"cannot parse the command line ({exc}): check its quotes") from None
+        raise CommandError(f"cannot parse the command line ({exc}): check its quotes") from None
 
 
 def _entrypoint_length(tokens: list[str]) -> int:
-    """How many leading tokens name the program; raises SpecError for anything that is not SGLang."""
+    """How many leading tokens name the program; raises CommandError for anything that is not SGLang."""
     if not tokens:
-        raise SpecError("the command has environment settings but no program: add the SGLang entrypoint")
+        raise CommandError("the command has environment settings but no program: add the SGLang entrypoint")
     first = PurePath(tokens[0]).name
     if _PYTHON.match(first):
         i = 1
         while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
             if tokens[i] == "-c":
-                raise SpecError(
+                raise CommandError(
                     "`python -c` is not a launch command: use `python -m sglang.launch_server ...`"
                 )
             i += 2 if tokens[i] in _PY_OPTS_WITH_ARG else 1
         if i + 1 >= len(tokens) or tokens[i] != "-m":
-            raise SpecError(
+            raise CommandError(
                 f"`{' '.join(tokens[: i + 1])}` runs a script, not SGLang: use `{tokens[0]} -m sglang.launch_server ...`"
             )
         module = tokens[i + 1]
         if module in SGLANG_MODULES:
             return i + 2
-        raise SpecError(_unknown_engine(module))
+        raise CommandError(_unknown_engine(module))
     if first == "sglang":
         if len(tokens) > 1 and tokens[1] == "serve":
             return 2
         sub = tokens[1] if len(tokens) > 1 else "(nothing)"
-        raise SpecError(f"`sglang {sub}` does not launch a server: use `sglang serve ...`")
-    raise SpecError(_unknown_engine(first))
+        raise CommandError(f"`sglang {sub}` does not launch a server: use `sglang serve ...`")
+    raise CommandError(_unknown_engine(first))
 
 
 def _unknown_engine(name: str) -> str:
@@ -247,7 +247,7 @@ class SetFlag(_EditBase):
     flag: str
     values: tuple[str, ...] = ()
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         want = canon(self.flag)
         # Written under its full name: an edit never brings back an abbreviation or an `_` spelling.
         name = want if want.startswith("--") else self.flag
@@ -275,7 +275,7 @@ class RemoveFlag(_EditBase):
     op: Literal["remove"] = "remove"
     flag: str
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         want = canon(self.flag)
         kept = tuple(a for a in spec.args if not (isinstance(a, Option) and canon(a.name) == want))
         return spec.model_copy(update={"args": kept})
@@ -292,7 +292,7 @@ class RenameFlag(_EditBase):
     to: str
     values: tuple[str, ...] | None = None
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         # The old spelling is matched literally first: it is often one the catalog cannot resolve.
         def hit(o: Option) -> bool:
             return o.name == self.flag or canon(o.name) == canon(self.flag)
@@ -318,7 +318,7 @@ class SetEnv(_EditBase):
     name: str
     value: str
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         env = [(k, v) for k, v in spec.env if k != self.name]
         env.append((self.name, self.value))
         return spec.model_copy(update={"env": tuple(env)})
@@ -333,7 +333,7 @@ class UnsetEnv(_EditBase):
     op: Literal["unset_env"] = "unset_env"
     name: str
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         return spec.model_copy(update={"env": tuple((k, v) for k, v in spec.env if k != self.name)})
 
     def describe(self) -> str:
@@ -347,7 +347,7 @@ class PositionalToFlag(_EditBase):
     value: str
     flag: str
 
-    def apply_to(self, spec: LaunchSpec, canon: Canon) -> LaunchSpec:
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
         args: list[Option | Positional] = []
         for a in spec.args:
             if isinstance(a, Positional) and a.value == self.value:
@@ -389,7 +389,7 @@ class DiffLine(BaseModel):
         return f"~ {self.what} {self.before or ''} → {self.after or ''}"
 
 
-def diff(old: LaunchSpec, new: LaunchSpec, canon: Canon = _same) -> list[DiffLine]:
+def diff(old: LaunchCommand, new: LaunchCommand, canon: Canon = _same) -> list[DiffLine]:
     """What changed between two commands, flag by flag, for people to read."""
     lines: list[DiffLine] = []
     old_env, new_env = old.env_dict(), new.env_dict()
@@ -428,7 +428,7 @@ def diff(old: LaunchSpec, new: LaunchSpec, canon: Canon = _same) -> list[DiffLin
     return lines
 
 
-def _flag_table(spec: LaunchSpec, canon: Canon) -> dict[str, tuple[str, str]]:
+def _flag_table(spec: LaunchCommand, canon: Canon) -> dict[str, tuple[str, str]]:
     table: dict[str, tuple[str, str]] = {}
     for o in spec.options():
         table[canon(o.name)] = (o.name, " ".join(o.values))

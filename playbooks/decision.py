@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.spec import Edit
+from specdoctor.tools.command import Edit
 
 Category = Literal[
     "flag-name",

@@ -1,0 +1,119 @@
+"""The one way a proposed fix becomes the next command: the approver sees it, a person's own edit is
+checked before it costs a launch, the LLM may be asked instead, and a command already tried is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specdoctor.agent.approve import Approver, Review
+from specdoctor.agent.events import ApprovalEvent, EditEvent, EventBus
+from specdoctor.agent.planner import Planned, Planner
+from specdoctor.agent.preflight import preflight
+from specdoctor.agent.results import Stopped
+from specdoctor.playbooks.base import Context
+from specdoctor.playbooks.decision import Fix
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.gpu import GpuReport
+
+Record = Callable[[int, Planned], None]
+"""Records a decision made during review (the LLM's second opinion) in the run's events and budget."""
+
+
+class Reviewer:
+    def __init__(
+        self, approver: Approver, catalog: FlagCatalog, bus: EventBus, llm: Planner | None, record: Record
+    ) -> None:
+        self.approver, self.catalog, self.bus, self.llm, self.record = approver, catalog, bus, llm, record
+        self.last_ctx: Context | None = None
+        """The last failure, for a second opinion."""
+        self.gpus: GpuReport | None = None
+
+    def next_command(
+        self,
+        command: LaunchCommand,
+        decision: Fix,
+        attempt: int,
+        tried: list[LaunchCommand],
+        corrected: LaunchCommand | None = None,
+    ) -> LaunchCommand:
+        """The command to launch next; raises Stopped when the change is refused or leads nowhere new."""
+        decision, review, proposed = self._approve(command, decision, attempt, corrected)
+        self.bus.emit(
+            ApprovalEvent(
+                attempt=attempt,
+                approved=review.approved,
+                by=review.by,
+                note=review.note,
+                edited_command=review.spec.shell()
+                if review.spec is not None and review.spec != proposed
+                else None,
+            )
+        )
+        if not review.approved or review.spec is None:
+            raise Stopped(f"the change was not applied: {review.note}", command)
+        if review.spec in tried:
+            raise Stopped(
+                f"{decision.summary}; the fix leads to a command already tried, so no flag change is left to try",
+                command,
+            )
+        self.bus.emit(
+            EditEvent(
+                attempt=attempt,
+                edits=decision.edits,
+                old_command=command.shell(),
+                new_command=review.spec.shell(),
+            )
+        )
+        return review.spec
+
+    def _approve(
+        self, command: LaunchCommand, decision: Fix, attempt: int, corrected: LaunchCommand | None
+    ) -> tuple[Fix, Review, LaunchCommand]:
+        """Ask until the approver settles (the decision, the review, and the command it was shown): a
+        person's edit with problems, or a request for the LLM's opinion, goes round again with a note."""
+        proposed = corrected or command.apply_all(decision.edits, self.catalog.canonical)
+        note = ""
+        while True:
+            review = self.approver.review(command, decision, proposed, attempt, note=note)
+            if not review.ask_llm:
+                checked = self._check_edit(review, proposed)
+                if checked is None:
+                    return decision, review, proposed
+                proposed, note = checked
+                continue
+            other, note = self._second_opinion(attempt)
+            if isinstance(other, Fix):
+                decision, proposed = other, command.apply_all(other.edits, self.catalog.canonical)
+
+    def _check_edit(self, review: Review, proposed: LaunchCommand) -> tuple[LaunchCommand, str] | None:
+        """A command a person typed goes through preflight before it costs a launch; found problems are
+        shown and the fixed command proposed (accepting the same command again overrides the check)."""
+        edited = review.spec
+        if review.by != "user" or not review.approved or edited is None or edited == proposed:
+            return None
+        report = preflight(edited, self.catalog, gpus=self.gpus, host=True)
+        errors = [f for f in report.findings if f.severity == "error"]
+        if not errors:
+            return None
+        note = "your edit has problems: " + "; ".join(f.message for f in errors[:3])
+        if report.corrected != edited:
+            note += " (the command below fixes them)"
+        return report.corrected, note
+
+    def _second_opinion(self, attempt: int) -> tuple[Fix | None, str]:
+        """The LLM's decision on the last failure, when a person asked for it instead of the playbook's."""
+        if self.llm is None:
+            return (
+                None,
+                "no LLM endpoint is configured (set SPECDOCTOR_LLM_BASE_URL and SPECDOCTOR_LLM_MODEL)",
+            )
+        if self.last_ctx is None:
+            return None, "there is no failure to ask about yet (this change comes from the static check)"
+        planned = self.llm.plan(self.last_ctx)
+        if planned.decision is None:
+            return None, f"the LLM gave no answer: {planned.note}"
+        self.record(attempt, planned)
+        if isinstance(planned.decision, Fix):
+            return planned.decision, ""
+        return None, f"the LLM says: {planned.decision.summary}"

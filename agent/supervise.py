@@ -1,0 +1,58 @@
+"""After the server is proven healthy: stop it, leave it running, or watch it until it dies."""
+
+from __future__ import annotations
+
+import time
+
+from specdoctor.agent.events import EventBus, OutcomeEvent
+from specdoctor.agent.policy import Mode
+from specdoctor.agent.results import Attempt, Healthy
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.process import EngineProcess
+
+
+class Supervisor:
+    """Ends the run as the mode says (raises Healthy), or, supervising, returns the crash that ended a
+    healthy server so the loop can decide about it like any other failure."""
+
+    def __init__(self, mode: Mode, bus: EventBus) -> None:
+        self.mode, self.bus = mode, bus
+        self.healthy_for = 0.0
+        """Seconds the last supervised server stayed up."""
+
+    def after_healthy(
+        self, engine: EngineProcess, attempt: Attempt, command: LaunchCommand, url: str
+    ) -> Outcome:
+        assert attempt.outcome is not None
+        if self.mode == "detach":
+            engine.detach()
+            raise Healthy(
+                f"the server is healthy and left running (pid {engine.pid})",
+                command,
+                url=url,
+                pid=engine.pid,
+                log_path=str(engine.log_path),
+            )
+        if self.mode == "stop":
+            raise Healthy(f"the server is healthy: {attempt.outcome.detail}", command, url=url)
+        return self._until_exit(engine, attempt)
+
+    def _until_exit(self, engine: EngineProcess, attempt: Attempt) -> Outcome:
+        assert attempt.outcome is not None
+        healthy_at = time.monotonic()
+        code = None
+        while code is None:
+            code = engine.wait(1.0)
+        self.healthy_for = time.monotonic() - healthy_at
+        crashed = attempt.outcome.model_copy(
+            update={
+                "kind": "exited",
+                "exit_code": code,
+                "ready_seen": True,
+                "detail": f"the healthy server exited (exit code {code})",
+            }
+        )
+        attempt.outcome = crashed
+        self.bus.emit(OutcomeEvent(attempt=attempt.number, outcome=crashed))
+        return crashed
