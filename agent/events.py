@@ -112,13 +112,25 @@ class PreflightEvent(_Event):
     findings: tuple[Finding, ...] = ()
     corrected_command: str = Field(description="The command with every finding's fix applied.")
     elapsed_ms: float = 0.0
+    models: dict[str, ModelFacts] = Field(
+        default_factory=dict,
+        description="config.json facts preflight read, by path (replay re-checks with them).",
+    )
+    ports: dict[str, bool] = Field(
+        default_factory=dict, description="`host:port` → free, as preflight found."
+    )
+    gpus: GpuReport | None = Field(default=None, description="The GPUs preflight checked against.")
 
     @classmethod
-    def for_report(cls, report: PreflightReport) -> PreflightEvent:
+    def for_report(cls, report: PreflightReport, gpus: GpuReport | None = None) -> PreflightEvent:
+        facts = report.host_facts
         return cls(
             findings=report.findings,
             corrected_command=report.corrected.shell(),
             elapsed_ms=round(report.elapsed_s * 1000, 2),
+            models=facts.models if facts else {},
+            ports=facts.ports if facts else {},
+            gpus=gpus,
         )
 
 

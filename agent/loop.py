@@ -130,7 +130,7 @@ class Loop:
         report = preflight(
             command, self.catalog, gpus=self.reviewer.gpus, host=True, catalog_note=self.catalog_note
         )
-        self.bus.emit(PreflightEvent.for_report(report))
+        self.bus.emit(PreflightEvent.for_report(report, self.reviewer.gpus))
         decision = report.decision()
         if decision is None:
             return command

@@ -15,17 +15,48 @@ from pydantic import BaseModel, ConfigDict
 
 from specdoctor.playbooks.decision import Finding, Fix, Stop
 from specdoctor.playbooks.flag_checks import check_flags
-from specdoctor.playbooks.host_checks import check_gpu_presence, check_model, check_parallel, check_port
+from specdoctor.playbooks.host_checks import (
+    check_gpu_presence,
+    check_model,
+    check_parallel,
+    check_port,
+    port_of,
+)
 from specdoctor.playbooks.spec_checks import check_speculative
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
-from specdoctor.tools.system import ModelFacts, model_facts
+from specdoctor.tools.system import ModelFacts, model_facts, port_is_free
 
 if TYPE_CHECKING:
     from specdoctor.tools.gpu import GpuReport
 
 _ROUNDS = 3
+
+
+class HostFacts(BaseModel):
+    """What preflight read from this host: config.json facts by path and port freeness by `host:port`.
+
+    Live, a missing entry is read from the host (and kept); recorded (`live=False`, replay), a missing
+    entry is unknown and the check that needs it says nothing. The checks themselves never touch the host.
+    """
+
+    models: dict[str, ModelFacts] = {}
+    ports: dict[str, bool] = {}
+    live: bool = True
+
+    def model(self, path: str | None) -> ModelFacts | None:
+        if path is None:
+            return None
+        if path not in self.models and self.live:
+            self.models[path] = model_facts(path)
+        return self.models.get(path)
+
+    def port_free(self, port: int, host: str) -> bool | None:
+        key = f"{host}:{port}"
+        if key not in self.ports and self.live and 0 < port < 65536:
+            self.ports[key] = port_is_free(port, host)
+        return self.ports.get(key)
 
 
 class PreflightReport(BaseModel):
@@ -35,6 +66,7 @@ class PreflightReport(BaseModel):
     findings: tuple[Finding, ...]
     catalog_note: str = ""
     elapsed_s: float = 0.0
+    host_facts: HostFacts | None = None
 
     @property
     def problems(self) -> tuple[Finding, ...]:
@@ -85,14 +117,18 @@ def preflight(
     gpus: GpuReport | None = None,
     host: bool = True,
     catalog_note: str = "",
+    facts: HostFacts | None = None,
 ) -> PreflightReport:
-    """Check `spec`. `host=False` skips what depends on this machine (paths, port), e.g. for a recorded log."""
+    """Check `spec`. `host=False` skips what depends on this machine (paths, port), e.g. for a recorded log;
+    `facts` gives that machine's facts as recorded (replay) instead of reading them here."""
     started = time.perf_counter()
+    if host and facts is None:
+        facts = HostFacts()
     findings: list[Finding] = []
     current = spec
     seen: set[tuple[str, str | None, str]] = set()
     for _ in range(_ROUNDS):
-        new = [f for f in _check(current, catalog, gpus, host) if (f.code, f.flag, f.message) not in seen]
+        new = [f for f in _check(current, catalog, gpus, facts) if (f.code, f.flag, f.message) not in seen]
         if not new:
             break
         seen.update((f.code, f.flag, f.message) for f in new)
@@ -107,31 +143,37 @@ def preflight(
         findings=tuple(findings),
         catalog_note=catalog_note,
         elapsed_s=time.perf_counter() - started,
+        host_facts=facts,
     )
 
 
-def _check(spec: LaunchCommand, catalog: FlagCatalog, gpus: GpuReport | None, host: bool) -> list[Finding]:
+def _check(
+    spec: LaunchCommand, catalog: FlagCatalog, gpus: GpuReport | None, host: HostFacts | None
+) -> list[Finding]:
     flags = check_flags(spec, catalog)
     if any(f.severity == "error" and f.edits for f in flags):
         return flags  # fix names first: the rules below read flags by their canonical names
     view = CommandView(spec, catalog)
-    model, draft = facts(view) if host else (None, None)
+    model, draft = facts(view, host) if host else (None, None)
     found = flags + check_speculative(spec, catalog, model, draft)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)
-        found += check_port(view)
+        found += check_port(view, host.port_free(*port_of(view)))
         found += check_gpu_presence(view, gpus)
     return found
 
 
-def facts(view: CommandView) -> tuple[ModelFacts | None, ModelFacts | None]:
-    """config.json facts of the target and the draft model, where they can be read here."""
-    model_path = view.get("--model-path") or (
+def model_path(view: CommandView) -> str | None:
+    return view.get("--model-path") or (
         view.spec.positionals()[0] if view.spec.is_serve_cli and view.spec.positionals() else None
     )
-    draft_path = view.get("--speculative-draft-model-path")
-    return (model_facts(model_path) if model_path else None, model_facts(draft_path) if draft_path else None)
+
+
+def facts(view: CommandView, host: HostFacts | None = None) -> tuple[ModelFacts | None, ModelFacts | None]:
+    """config.json facts of the target and the draft model, where they can be read here."""
+    host = host or HostFacts()
+    return host.model(model_path(view)), host.model(view.get("--speculative-draft-model-path"))
 
 
 def validate_edits(

@@ -8,32 +8,12 @@ from pydantic import BaseModel
 from specdoctor.agent.diagnose import context_for, default_planner
 from specdoctor.agent.events import EvidenceEvent, PreflightEvent
 from specdoctor.agent.planner import Planner
-from specdoctor.agent.preflight import preflight
+from specdoctor.agent.preflight import HostFacts, preflight
 from specdoctor.agent.transcript import Transcript
 from specdoctor.playbooks.decision import Decision, Fix
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.catalog_load import bundled, bundled_versions
 from specdoctor.tools.command import LaunchCommand, diff
-
-# Findings that depend on the machine the run happened on; replay keeps their recorded fixes.
-HOST_FINDINGS = frozenset(
-    {
-        "model-missing",
-        "model-no-config",
-        "model-offline",
-        "needs-remote-code",
-        "context-too-long",
-        "tp-above-gpus",
-        "tp-heads",
-        "port-busy",
-        "no-gpu",
-        "draft-missing",
-        "draft-no-config",
-        "eagle3-draft-as-eagle",
-        "eagle-draft-as-eagle3",
-        "spec-no-draft",
-    }
-)
 
 
 class Step(BaseModel):
@@ -135,17 +115,25 @@ def _compare(
 
 
 def _preflight_step(transcript: Transcript, catalog: FlagCatalog) -> Step | None:
+    """Re-run preflight on the recorded command with the host facts it recorded (config.json files,
+    ports, GPUs), so a changed host-dependent check shows up as a divergence."""
     start = transcript.run_start
     recorded = next((e for e in transcript.events if isinstance(e, PreflightEvent)), None)
     if start is None or recorded is None:
         return None
     spec = LaunchCommand.parse(start.command)
-    host_edits = [
-        e for f in recorded.findings if f.code in HOST_FINDINGS and f.severity != "info" for e in f.edits
-    ]
-    today = preflight(spec, catalog, host=False)
-    today_cmd = today.corrected.apply_all(host_edits, catalog.canonical)
     recorded_cmd = LaunchCommand.parse(recorded.corrected_command)
+    if not (recorded.models or recorded.ports):
+        return Step(
+            attempt=0,
+            what="preflight",
+            same=True,
+            recorded=recorded_cmd.shell(),
+            today="",
+            skipped="recorded without the host facts preflight read (an older specdoctor): re-record to replay it",
+        )
+    facts = HostFacts(models=dict(recorded.models), ports=dict(recorded.ports), live=False)
+    today_cmd = preflight(spec, catalog, gpus=recorded.gpus, facts=facts).corrected
     same = today_cmd == recorded_cmd
     return Step(
         attempt=0,

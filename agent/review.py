@@ -13,8 +13,9 @@ from specdoctor.agent.results import Stopped
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.decision import Fix
 from specdoctor.tools.catalog import FlagCatalog
-from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.command import LaunchCommand, SetFlag, SetFreePort
 from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.system import find_free_port
 
 Record = Callable[[int, Planned], None]
 """Records a decision made during review (the LLM's second opinion) in the run's events and budget."""
@@ -72,7 +73,9 @@ class Reviewer:
     ) -> tuple[Fix, Review, LaunchCommand]:
         """Ask until the approver settles (the decision, the review, and the command it was shown): a
         person's edit with problems, or a request for the LLM's opinion, goes round again with a note."""
-        proposed = corrected or command.apply_all(decision.edits, self.catalog.canonical)
+        proposed = resolve_ports(
+            corrected or command.apply_all(decision.edits, self.catalog.canonical), decision
+        )
         note = ""
         while True:
             review = self.approver.review(command, decision, proposed, attempt, note=note)
@@ -84,7 +87,8 @@ class Reviewer:
                 continue
             other, note = self._second_opinion(attempt)
             if isinstance(other, Fix):
-                decision, proposed = other, command.apply_all(other.edits, self.catalog.canonical)
+                decision = other
+                proposed = resolve_ports(command.apply_all(other.edits, self.catalog.canonical), other)
 
     def _check_edit(self, review: Review, proposed: LaunchCommand) -> tuple[LaunchCommand, str] | None:
         """A command a person typed goes through preflight before it costs a launch; found problems are
@@ -117,3 +121,14 @@ class Reviewer:
         if isinstance(planned.decision, Fix):
             return planned.decision, ""
         return None, f"the LLM says: {planned.decision.summary}"
+
+
+def resolve_ports(command: LaunchCommand, decision: Fix) -> LaunchCommand:
+    """Give each "a free port from N" edit a port that is free on this host now."""
+    for edit in decision.edits:
+        if isinstance(edit, SetFreePort):
+            host = command.value("--host") or "127.0.0.1"
+            port = find_free_port(edit.start, host)
+            if port is not None:
+                command = command.apply(SetFlag(flag=edit.flag, values=(str(port),)))
+    return command

@@ -40,6 +40,20 @@ class Session:
     def transcript_path(self) -> Path:
         return self.run_dir / "transcript.jsonl"
 
+    @property
+    def report_path(self) -> Path:
+        return self.run_dir / "report.json"
+
+    @classmethod
+    def prepare(cls, args: argparse.Namespace) -> tuple[LaunchCommand, CatalogChoice, Path]:
+        """What `deploy` and `fix` start from: signal handling, the command, its catalog, the run folder."""
+        from specdoctor.agent.commands.common import choose_catalog, read_spec
+        from specdoctor.tools.process import install_signal_handlers
+
+        install_signal_handlers()
+        spec = read_spec(args)
+        return spec, choose_catalog(spec, args), make_run_dir(args.run_dir)
+
     def run(self, args: argparse.Namespace) -> LoopResult:
         from specdoctor.agent.commands.common import llm_planner
         from specdoctor.agent.diagnose import default_planner
@@ -64,7 +78,9 @@ class Session:
                 llm=llm,
                 token_budget=llm.config.token_budget if llm is not None else None,
             )
-            return loop.run()
+            result = loop.run()
+        self.report.write(self.report_path)
+        return result
 
 
 def make_run_dir(explicit: str | None) -> Path:

@@ -141,6 +141,30 @@ def playbook(
     return register
 
 
+@dataclass(frozen=True)
+class StopRule:
+    """A failure no flag change can fix, known by its message: a row of data, not a function."""
+
+    id: str
+    category: Category
+    pattern: str
+    summary: str
+    advice: str
+    doc: str
+    priority: int = 50
+
+
+def stop_rules(module: str, rules: Sequence[StopRule]) -> None:
+    """Register each row as a playbook of the family `module` (family order breaks priority ties)."""
+    for rule in rules:
+
+        def decide(ctx: Context, m: re.Match[str] | None, rule: StopRule = rule) -> Decision | None:
+            return stop(ctx, rule.category, rule.summary, rule.advice)
+
+        decide.__module__, decide.__doc__ = module, rule.doc
+        playbook(id=rule.id, category=rule.category, pattern=rule.pattern, priority=rule.priority)(decide)
+
+
 def line_of(m: re.Match[str]) -> str:
     """The whole log line a trigger matched in."""
     text, at = m.string, m.end()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, StopRule, fix, playbook, stop, stop_rules
 from specdoctor.playbooks.decision import Decision
 from specdoctor.tools.command import RemoveFlag, SetFlag
 
@@ -36,36 +36,32 @@ def no_gpu(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
-@playbook(
-    id="sglang.hardware.driver-too-old",
-    category="driver-cuda",
-    pattern=r"driver on your system is too old|CUDA driver version is insufficient|Error 804: forward compatibility|Error 802: system not yet initialized",
-    priority=20,
+stop_rules(
+    __name__,
+    [
+        StopRule(
+            id="sglang.hardware.driver-too-old",
+            category="driver-cuda",
+            pattern=r"driver on your system is too old|CUDA driver version is insufficient|"
+            r"Error 804: forward compatibility|Error 802: system not yet initialized",
+            priority=20,
+            doc="The driver is older than the CUDA the wheels were built for (or fabric manager is missing).",
+            summary="the NVIDIA driver does not support the CUDA version of the installed PyTorch/SGLang",
+            advice="Upgrade the driver (or install wheels built for the driver's CUDA); on NVSwitch systems start "
+            "nvidia-fabricmanager.",
+        ),
+        StopRule(
+            id="sglang.hardware.no-kernel-image",
+            category="driver-cuda",
+            pattern=r"no kernel image is available for execution on the device",
+            priority=20,
+            doc="The installed binaries were not built for this GPU's compute capability.",
+            summary="the installed kernels have no code for this GPU architecture",
+            advice="Install SGLang/PyTorch builds for this GPU (e.g. CUDA 12.8+ wheels for Blackwell); compare "
+            "nvidia-smi's compute_cap with the wheel.",
+        ),
+    ],
 )
-def driver_too_old(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The driver is older than the CUDA the wheels were built for (or fabric manager is missing)."""
-    return stop(
-        ctx,
-        "driver-cuda",
-        "the NVIDIA driver does not support the CUDA version of the installed PyTorch/SGLang",
-        "Upgrade the driver (or install wheels built for the driver's CUDA); on NVSwitch systems start nvidia-fabricmanager.",
-    )
-
-
-@playbook(
-    id="sglang.hardware.no-kernel-image",
-    category="driver-cuda",
-    pattern=r"no kernel image is available for execution on the device",
-    priority=20,
-)
-def no_kernel_image(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The installed binaries were not built for this GPU's compute capability."""
-    return stop(
-        ctx,
-        "driver-cuda",
-        "the installed kernels have no code for this GPU architecture",
-        "Install SGLang/PyTorch builds for this GPU (e.g. CUDA 12.8+ wheels for Blackwell); compare nvidia-smi's compute_cap with the wheel.",
-    )
 
 
 @playbook(

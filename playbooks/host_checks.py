@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.command import Edit, SetFlag
-from specdoctor.tools.system import ModelFacts, find_free_port, port_is_free
+from specdoctor.tools.command import Edit, SetFlag, SetFreePort
+from specdoctor.tools.system import ModelFacts
 
 if TYPE_CHECKING:
     from specdoctor.tools.gpu import GpuReport
@@ -160,25 +160,29 @@ def largest_tp(limit: int, heads: int | None) -> int | None:
     return None
 
 
-def check_port(view: CommandView) -> list[Finding]:
-    port = view.int("--port") or DEFAULT_PORT
-    host = view.get("--host") or "127.0.0.1"
-    if not 0 < port < 65536 or port_is_free(port, host):
+def check_port(view: CommandView, free: bool | None) -> list[Finding]:
+    """`free`: whether the command's port was free on the host (None: unknown, nothing to say)."""
+    port, host = port_of(view)
+    if not 0 < port < 65536 or free is not False:
         return []
-    free = find_free_port(port + 10, host)
     return [
         Finding(
             code="port-busy",
             severity="error",
             category="port-in-use",
             message=f"port {port} on {host} is already taken: SGLang would load the model, fail to bind, and hang",
-            edits=(SetFlag(flag="--port", values=(str(free),)),) if free else (),
-            why=f"{free} is free; SGLang also uses a few ports above --port, hence the gap" if free else "",
+            edits=(SetFreePort(start=port + 10),),
+            why="a free port at least 10 above it: SGLang also uses a few ports above --port",
             evidence=(
                 f"[Errno 98] error while attempting to bind on address ('{host}', {port}): address already in use",
             ),
         )
     ]
+
+
+def port_of(view: CommandView) -> tuple[int, str]:
+    """The HTTP port and host the command binds."""
+    return view.int("--port") or DEFAULT_PORT, view.get("--host") or "127.0.0.1"
 
 
 def check_gpu_presence(view: CommandView, gpus: GpuReport | None) -> list[Finding]:

@@ -79,6 +79,37 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+def _more_gpus(ctx: Context, visible: int | None) -> Decision | None:
+    """The weights do not fit: spread them over more of the node's GPUs, or stop."""
+    tp = ctx.view.tp
+    heads = ctx.model.num_attention_heads if ctx.model else None
+    bigger = next(
+        (
+            t
+            for t in (2 * tp, 4 * tp, 8 * tp)
+            if visible and t <= visible and (heads is None or heads % t == 0)
+        ),
+        None,
+    )
+    if bigger:
+        return fix(
+            ctx,
+            [SetFlag(flag="--tp-size", values=(str(bigger),))],
+            "oom",
+            f"the weights do not fit on {tp} GPU(s)",
+            why=f"--tp-size {bigger} splits the weights over {bigger} GPUs; the node has {visible}",
+            confidence=0.7,
+        )
+    return stop(
+        ctx,
+        "oom",
+        "the model's weights alone do not fit in this GPU memory; lowering --mem-fraction-static cannot help",
+        "Use more GPUs (--tp-size) on a larger node, a smaller or more strongly quantized checkpoint "
+        "(e.g. AWQ/GPTQ 4-bit), or a GPU with more memory.",
+        confidence=0.75,
+    )
+
+
 @playbook(id="sglang.memory.weights-do-not-fit", category="oom", pattern=CUDA_OOM, priority=60)
 def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """CUDA OOM outside graph capture: while loading (weights too big for the GPUs) or right after."""
@@ -102,33 +133,7 @@ def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None
     if (loading and not pool_placed) or (
         own_share is not None and own_share > (_fraction(ctx) or AUTO_FRACTION)
     ):
-        tp = view.tp
-        heads = ctx.model.num_attention_heads if ctx.model else None
-        bigger = next(
-            (
-                t
-                for t in (2 * tp, 4 * tp, 8 * tp)
-                if visible and t <= visible and (heads is None or heads % t == 0)
-            ),
-            None,
-        )
-        if bigger:
-            return fix(
-                ctx,
-                [SetFlag(flag="--tp-size", values=(str(bigger),))],
-                "oom",
-                f"the weights do not fit on {tp} GPU(s)",
-                why=f"--tp-size {bigger} splits the weights over {bigger} GPUs; the node has {visible}",
-                confidence=0.7,
-            )
-        return stop(
-            ctx,
-            "oom",
-            "the model's weights alone do not fit in this GPU memory; lowering --mem-fraction-static cannot help",
-            "Use more GPUs (--tp-size) on a larger node, a smaller or more strongly quantized checkpoint "
-            "(e.g. AWQ/GPTQ 4-bit), or a GPU with more memory.",
-            confidence=0.75,
-        )
+        return _more_gpus(ctx, visible)
     current = _fraction(ctx)
     lower = round(max((current or AUTO_FRACTION) - 0.07, 0.5), 2)
     edits = [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))]

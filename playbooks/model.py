@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, StopRule, fix, playbook, stop, stop_rules
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.tools.command import SetEnv, SetFlag
@@ -33,36 +33,31 @@ def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
-@playbook(
-    id="sglang.model.offline",
-    category="model-path",
-    pattern=r"We couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|cannot find the requested files in the (?:local|disk) cache",
-    priority=30,
+stop_rules(
+    __name__,
+    [
+        StopRule(
+            id="sglang.model.offline",
+            category="model-path",
+            pattern=r"We couldn't connect to 'https://huggingface\.co'|LocalEntryNotFoundError|"
+            r"cannot find the requested files in the (?:local|disk) cache",
+            priority=30,
+            doc="The model is not on disk and the Hub cannot be reached.",
+            summary="the model is not in the local cache and the Hugging Face Hub cannot be reached",
+            advice="Download it first (`hf download REPO`), point --model-path at the local folder, or set "
+            "HF_ENDPOINT to a mirror.",
+        ),
+        StopRule(
+            id="sglang.model.gated",
+            category="model-path",
+            pattern=r"gated repo|401 Client Error|Access to model .* is restricted",
+            priority=30,
+            doc="A gated repo without an accepted licence or token.",
+            summary="the model repo is gated",
+            advice="Accept its licence on the Hub and export HF_TOKEN before launching.",
+        ),
+    ],
 )
-def offline(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The model is not on disk and the Hub cannot be reached."""
-    return stop(
-        ctx,
-        "model-path",
-        "the model is not in the local cache and the Hugging Face Hub cannot be reached",
-        "Download it first (`hf download REPO`), point --model-path at the local folder, or set HF_ENDPOINT to a mirror.",
-    )
-
-
-@playbook(
-    id="sglang.model.gated",
-    category="model-path",
-    pattern=r"gated repo|401 Client Error|Access to model .* is restricted",
-    priority=30,
-)
-def gated(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A gated repo without an accepted licence or token."""
-    return stop(
-        ctx,
-        "model-path",
-        "the model repo is gated",
-        "Accept its licence on the Hub and export HF_TOKEN before launching.",
-    )
 
 
 @playbook(

@@ -7,16 +7,9 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision, Retry
 from specdoctor.playbooks.host_checks import DEFAULT_PORT
-from specdoctor.tools.command import SetEnv, SetFlag
-from specdoctor.tools.system import find_free_port
+from specdoctor.tools.command import SetEnv, SetFreePort
 
 _BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)")
-
-
-def _new_port(ctx: Context, busy: int) -> str | None:
-    host = ctx.view.get("--host") or "127.0.0.1"
-    port = find_free_port(busy + 10, host)
-    return str(port) if port else None
 
 
 @playbook(
@@ -31,22 +24,14 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     current = ctx.view.int("--port") or DEFAULT_PORT
     bound = _BIND.search(ctx.search_text)
     busy = int(bound.group(2)) if bound else current
-    new = _new_port(ctx, max(busy, current))
-    if new is None:
-        return stop(
-            ctx,
-            "port-in-use",
-            f"port {busy} is taken and no free port was found near it",
-            "Free a port or pass --port.",
-        )
     # Ports other than --port are derived from it, so moving --port moves them too.
     which = "" if busy == current else f" (a port SGLang derives from --port {current})"
     return fix(
         ctx,
-        [SetFlag(flag="--port", values=(new,))],
+        [SetFreePort(start=max(busy, current) + 10)],
         "port-in-use",
         f"port {busy}{which} is already in use (another server?), so SGLang cannot serve and hangs",
-        why=f"{new} is free; SGLang also takes a few ports above --port, hence the gap",
+        why="a free port at least 10 above it: SGLang also takes a few ports above --port",
         confidence=0.9 if busy == current else 0.75,
     )
 
@@ -74,12 +59,9 @@ def internal_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None
         if decision is not None:
             return decision
     current = ctx.view.int("--port") or DEFAULT_PORT
-    new = _new_port(ctx, current + 20)
-    if new is None:
-        return None
     return fix(
         ctx,
-        [SetFlag(flag="--port", values=(new,))],
+        [SetFreePort(start=current + 30)],
         "port-in-use",
         "an internal port SGLang derives from --port is taken (often a previous server still running)",
         why="moving --port moves every port derived from it",

@@ -7,29 +7,13 @@ from __future__ import annotations
 import re
 
 from specdoctor.playbooks.decision import Finding
-from specdoctor.playbooks.translate import EAGLE_FAMILY, kind_from_name
+from specdoctor.playbooks.translate import kind_from_name
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand, RemoveFlag, SetFlag
 from specdoctor.tools.similarity import only_version_differs, score
 from specdoctor.tools.system import ModelFacts
 
-# Targets whose checkpoint carries its own MTP layers: SGLang reuses the target path as the draft.
-BUILTIN_MTP = (
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-)
-TREE_PAGED_BACKENDS = ("flashinfer", "fa3", "triton")
-NO_SPEC_BACKENDS = ("torch_native", "flex_attention")
 _SPEC_FLAG = re.compile(r"^--speculative-(?!algorithm)")
 
 
@@ -60,7 +44,7 @@ def check_speculative(
     if known and algorithm not in known and algorithm != "FROZEN_KV_MTP":
         return [_unknown_algorithm(view, algorithm, known, draft)]
     found: list[Finding] = []
-    if algorithm in EAGLE_FAMILY:
+    if algorithm in view.facts.speculative.eagle_family:
         found += _steps_topk_draft(view, algorithm)
         found += _draft_model(view, algorithm, model, draft)
     found += _unsupported_combinations(view, algorithm)
@@ -256,7 +240,12 @@ def _draft_model(
     path = view.get("--speculative-draft-model-path")
     if path is None:
         # Only a known target can be judged: MTP models (DeepSeek-V3, GLM-4.5, ...) bring their own draft.
-        if algorithm == "NEXTN" or model is None or not model.has_config or model.architecture in BUILTIN_MTP:
+        if (
+            algorithm == "NEXTN"
+            or model is None
+            or not model.has_config
+            or model.architecture in view.facts.speculative.mtp_targets
+        ):
             return []
         return [
             _f(
@@ -306,68 +295,85 @@ def _draft_model(
 
 
 def _unsupported_combinations(view: CommandView, algorithm: str) -> list[Finding]:
-    found: list[Finding] = []
+    checks = (_backend_cannot_verify, _dp_attention, _tree_drafting, _rejection_sampling, _draft_window)
+    return [f for check in checks for f in check(view, algorithm)]
+
+
+def _backend_cannot_verify(view: CommandView, algorithm: str) -> list[Finding]:
     backend = view.get("--attention-backend")
-    if backend in NO_SPEC_BACKENDS and view.get("--device") != "cpu":
-        found.append(
-            _f(
-                "spec-attention-backend",
-                "error",
-                f"--attention-backend {backend} does not support speculative decoding: SGLang accepts it and crashes in warmup",
-                (RemoveFlag(flag="--attention-backend"),),
-                "without it SGLang picks a backend that implements draft verification",
-                category="attention-backend",
-            )
+    if backend not in view.facts.speculative.no_spec_backends or view.get("--device") == "cpu":
+        return []
+    return [
+        _f(
+            "spec-attention-backend",
+            "error",
+            f"--attention-backend {backend} does not support speculative decoding: SGLang accepts it and crashes in warmup",
+            (RemoveFlag(flag="--attention-backend"),),
+            "without it SGLang picks a backend that implements draft verification",
+            category="attention-backend",
         )
-    if view.attention_dp and algorithm in ("NGRAM", "STANDALONE"):
-        dp_flags = [f for f in ("--enable-dp-attention", "--attn-dp-size") if view.has(f)]
-        found.append(
-            _f(
-                "spec-dp-attention",
-                "error",
-                f"{algorithm} speculative decoding does not support DP attention (SGLang raises ValueError)",
-                tuple(RemoveFlag(flag=f) for f in dp_flags),
-                "DP attention is the part SGLang cannot combine with this drafter; the drafter is kept",
-                evidence=(
-                    f"ValueError: Currently {algorithm.lower()} speculative decoding does not support dp attention.",
-                ),
-            )
+    ]
+
+
+def _dp_attention(view: CommandView, algorithm: str) -> list[Finding]:
+    if not (view.attention_dp and algorithm in view.facts.speculative.no_dp_attention):
+        return []
+    dp_flags = [f for f in ("--enable-dp-attention", "--attn-dp-size") if view.has(f)]
+    return [
+        _f(
+            "spec-dp-attention",
+            "error",
+            f"{algorithm} speculative decoding does not support DP attention (SGLang raises ValueError)",
+            tuple(RemoveFlag(flag=f) for f in dp_flags),
+            "DP attention is the part SGLang cannot combine with this drafter; the drafter is kept",
+            evidence=(
+                f"ValueError: Currently {algorithm.lower()} speculative decoding does not support dp attention.",
+            ),
         )
-    topk = view.int("--speculative-eagle-topk") or 1
-    steps = view.int("--speculative-num-steps")
-    if (
-        topk > 1
-        and (view.int("--page-size") or 1) > 1
-        and backend not in TREE_PAGED_BACKENDS
-        and backend is not None
-    ):
-        found.append(
-            _to_chain(
-                f"topk {topk} with --page-size > 1 is only supported on {', '.join(TREE_PAGED_BACKENDS)}",
-                steps,
-            )
+    ]
+
+
+def _tree_drafting(view: CommandView, algorithm: str) -> list[Finding]:
+    """topk > 1 (tree drafting) needs a backend that verifies trees."""
+    topk, steps = view.int("--speculative-eagle-topk") or 1, view.int("--speculative-num-steps")
+    backend, spec = view.get("--attention-backend"), view.facts.speculative
+    found = []
+    paged = (view.int("--page-size") or 1) > 1
+    if topk > 1 and paged and backend is not None and backend not in spec.tree_paged_backends:
+        reason = (
+            f"topk {topk} with --page-size > 1 is only supported on {', '.join(spec.tree_paged_backends)}"
         )
-    if topk > 1 and backend == "trtllm_mha":
-        found.append(_to_chain("the trtllm_mha backend only supports topk 1 for speculative decoding", steps))
+        found.append(_to_chain(reason, steps))
+    if topk > 1 and backend in spec.chain_only_backends:
+        found.append(_to_chain(f"the {backend} backend only supports topk 1 for speculative decoding", steps))
     if view.has("--speculative-use-rejection-sampling") and topk != 1:
         found.append(
             _to_chain("--speculative-use-rejection-sampling requires --speculative-eagle-topk 1", steps)
         )
+    return found
+
+
+def _rejection_sampling(view: CommandView, algorithm: str) -> list[Finding]:
     thresholds = [
         f
         for f in ("--speculative-accept-threshold-single", "--speculative-accept-threshold-acc")
         if view.has(f)
     ]
-    if view.has("--speculative-use-rejection-sampling") and thresholds:
-        found.append(
-            _f(
-                "spec-rejection-thresholds",
-                "error",
-                "--speculative-use-rejection-sampling ignores accept thresholds, and SGLang rejects them together",
-                tuple(RemoveFlag(flag=f) for f in thresholds),
-                "rejection sampling decides acceptance itself",
-            )
+    if not (view.has("--speculative-use-rejection-sampling") and thresholds):
+        return []
+    return [
+        _f(
+            "spec-rejection-thresholds",
+            "error",
+            "--speculative-use-rejection-sampling ignores accept thresholds, and SGLang rejects them together",
+            tuple(RemoveFlag(flag=f) for f in thresholds),
+            "rejection sampling decides acceptance itself",
         )
+    ]
+
+
+def _draft_window(view: CommandView, algorithm: str) -> list[Finding]:
+    found = []
     window = view.int("--speculative-draft-window-size")
     if window is not None and window <= 0:
         found.append(

@@ -7,8 +7,8 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
-from specdoctor.playbooks.spec_checks import NO_SPEC_BACKENDS, chain_drafting, check_speculative
-from specdoctor.playbooks.translate import EAGLE_FAMILY, kind_from_name
+from specdoctor.playbooks.spec_checks import chain_drafting, check_speculative
+from specdoctor.playbooks.translate import kind_from_name
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
 DEGRADED_MAX = 1.05
@@ -192,7 +192,7 @@ def spec_v2_tree(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     in_draft = any(
         re.search(r"speculative|eagle|draft", f.path + f.function, re.I) for f in ctx.root.frames
     ) or re.search(r"eagle|draft|speculative", ctx.root_text, re.I)
-    if view.algorithm not in EAGLE_FAMILY or topk <= 1 or not in_draft:
+    if view.algorithm not in view.facts.speculative.eagle_family or topk <= 1 or not in_draft:
         return None
     why = "the overlap (spec v2) EAGLE worker implements chain drafting (topk 1) only"
     decision = fix(
@@ -222,7 +222,7 @@ def spec_v2_tree(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def backend_without_spec(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """An attention backend without a speculative (target-verify) path crashes once drafts are verified."""
     backend = ctx.view.get("--attention-backend")
-    if ctx.view.algorithm is None or backend not in NO_SPEC_BACKENDS:
+    if ctx.view.algorithm is None or backend not in ctx.view.facts.speculative.no_spec_backends:
         return None
     return _first_fix(ctx, "spec-attention-backend")
 
@@ -304,7 +304,7 @@ def with_disaggregation(ctx: Context, m: re.Match[str] | None) -> Decision | Non
 def backend_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """An attention backend (or the hybrid of two) has no draft/verify path."""
     view = ctx.view
-    if view.get("--attention-backend") in NO_SPEC_BACKENDS:
+    if view.get("--attention-backend") in view.facts.speculative.no_spec_backends:
         return None  # backend_without_spec fixes that one
     hybrid = [f for f in ("--prefill-attention-backend", "--decode-attention-backend") if view.has(f)]
     advice = (

@@ -16,7 +16,6 @@ from specdoctor.tools.command import Edit, LaunchCommand, Option, RemoveFlag, Re
 from specdoctor.tools.flag_synonyms import Synonym
 from specdoctor.tools.system import model_facts
 
-EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 _VLLM_METHODS = {
     "eagle3": "EAGLE3",
     "eagle": "EAGLE",
@@ -95,7 +94,7 @@ def _algorithm_after(spec: LaunchCommand, catalog: FlagCatalog) -> str | None:
 def chain_edits(tokens: int, spec: LaunchCommand, catalog: FlagCatalog, algorithm: str | None) -> Translation:
     """SGLang flags for `tokens` draft tokens verified per step, consistent with SGLang's rules."""
     view = CommandView(spec, catalog)
-    if algorithm not in EAGLE_FAMILY:
+    if algorithm not in view.facts.speculative.eagle_family:
         return (SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),)),), (
             f"--speculative-num-draft-tokens {tokens} is how many tokens {algorithm or 'the drafter'} proposes for verification"
         )

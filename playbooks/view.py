@@ -7,6 +7,7 @@ import re
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
+from specdoctor.tools.sglang_facts import EngineFacts, facts_for
 
 _SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
@@ -31,6 +32,11 @@ def as_float(text: str | None) -> float | None:
 
 class CommandView:
     """Read a command by canonical flag name, whatever spelling or abbreviation it uses."""
+
+    @property
+    def facts(self) -> EngineFacts:
+        """What the command's SGLang release does (speculative rules, endpoints, acceptance levels)."""
+        return facts_for(self.catalog.version)
 
     def __init__(self, spec: LaunchCommand, catalog: FlagCatalog) -> None:
         self.spec = spec

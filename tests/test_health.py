@@ -368,4 +368,4 @@ def test_policy_rejects_impossible_limits() -> None:
     with pytest.raises(ValidationError):
         HealthPolicy(min_accept_length=0.5)
     with pytest.raises(ValidationError):
-        HealthPolicy(poll_interval_s=0)
+        HealthPolicy(generation_tokens=0)

@@ -46,7 +46,7 @@ def _stub_not_proxied(monkeypatch: pytest.MonkeyPatch) -> None:
 def _default_port_free(monkeypatch: pytest.MonkeyPatch) -> None:
     """Preflight checks that SGLang's default port 30000 is free; on a busy test host it may not be, and
     that is not what these tests are about (test_preflight covers it)."""
-    monkeypatch.setattr("specdoctor.playbooks.host_checks.port_is_free", lambda port, host="127.0.0.1": True)
+    monkeypatch.setattr("specdoctor.agent.preflight.port_is_free", lambda port, host="127.0.0.1": True)
 
 
 @pytest.fixture

@@ -61,3 +61,22 @@ def test_an_unresolvable_host_is_not_called_a_busy_port() -> None:
 def test_base_url(host: str | None, url: str) -> None:
     cmd = "python -m sglang.launch_server --model-path m --port 8000" + (f" --host {host}" if host else "")
     assert base_url(CommandView(LaunchCommand.parse(cmd), CAT)) == url
+
+
+def test_a_free_port_edit_is_resolved_on_this_host_before_launch() -> None:
+    """Rules say "a free port from N" (they cannot probe); the loop picks one that is free here."""
+    from specdoctor.agent.review import resolve_ports
+    from specdoctor.playbooks.decision import Fix
+    from specdoctor.tools.command import SetFreePort
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        command = LaunchCommand.parse(f"python -m sglang.launch_server --model-path M --port {busy - 1}")
+        fix = Fix(category="port-in-use", summary="port taken", edits=(SetFreePort(start=busy),))
+        nominal = command.apply_all(fix.edits)
+        assert nominal.value("--port") == str(busy)  # unresolved: the start
+        resolved = resolve_ports(nominal, fix)
+        port = int(resolved.value("--port"))
+        assert port > busy and port_is_free(port, "127.0.0.1")

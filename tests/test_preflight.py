@@ -9,6 +9,7 @@ from specdoctor.agent.preflight import preflight, validate_edits
 from specdoctor.tools.catalog_load import bundled
 from specdoctor.tools.command import LaunchCommand, SetFlag
 from specdoctor.tools.gpu import parse_gpus_description
+from specdoctor.tools.sglang_facts import facts_for
 
 CAT = bundled("0.5.23")
 ENTRY = "python -m sglang.launch_server"
@@ -190,6 +191,15 @@ def test_eagle_without_draft_path_is_flagged_unless_builtin_mtp(models):
     assert "spec-no-draft" not in codes(
         run(f"{ENTRY} --model-path {models['llama']} --speculative-algorithm NEXTN")
     )
+
+
+@pytest.mark.parametrize("architecture", facts_for("0.5.23").speculative.mtp_targets)
+def test_every_target_sglang_gives_an_mtp_draft_needs_no_draft_path(tmp_path, architecture):
+    """One table of SGLang facts: preflight and the simulated node agree on which targets carry MTP."""
+    folder = tmp_path / "target"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    assert "spec-no-draft" not in codes(run(f"{ENTRY} --model-path {folder} --speculative-algorithm EAGLE"))
 
 
 def test_host_checks(models, tmp_path):

@@ -87,3 +87,17 @@ def test_shipped_example_replays_cleanly():
     proc = specdoctor("replay", str(example))
     assert proc.returncode == 0, proc.stdout
     assert "0 diverged" in proc.stdout
+
+
+def test_host_dependent_checks_are_replayed_not_copied(monkeypatch):
+    """Preflight is re-run with the host facts the recording kept: a check that stops catching the EAGLE-3
+    draft run as EAGLE is a divergence, even though the fix depended on reading that draft's config.json."""
+    from specdoctor.agent import replay as replay_module
+    from specdoctor.playbooks import spec_checks
+
+    example = read_transcript(ROOT / "agent" / "data" / "examples" / "seed-story.jsonl")
+    assert all(step.same and not step.skipped for step in replay_module.replay(example))
+    monkeypatch.setattr(spec_checks, "_draft_model", lambda *args, **kwargs: [])
+    preflight_step = replay_module.replay(example)[0]
+    assert preflight_step.what == "preflight" and not preflight_step.same
+    assert any("--speculative-algorithm" in change for change in preflight_step.changes)

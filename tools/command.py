@@ -364,8 +364,26 @@ class PositionalToFlag(_EditBase):
         return f"pass {self.value} as {self.flag}"
 
 
+class SetFreePort(_EditBase):
+    """Move a port flag to the first port from `start` on that is free where the command runs.
+
+    Rules cannot know which ports are free (they are pure functions of the evidence), so they say this;
+    the loop resolves it on the host just before launching. Unresolved, the command shows `start`."""
+
+    op: Literal["set_free_port"] = "set_free_port"
+    flag: str = "--port"
+    start: int = Field(ge=1, le=65535)
+
+    def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
+        return SetFlag(flag=self.flag, values=(str(self.start),)).apply_to(spec, canon)
+
+    def describe(self) -> str:
+        return f"set {self.flag} to a free port from {self.start}"
+
+
 Edit = Annotated[
-    SetFlag | RemoveFlag | RenameFlag | SetEnv | UnsetEnv | PositionalToFlag, Field(discriminator="op")
+    SetFlag | RemoveFlag | RenameFlag | SetEnv | UnsetEnv | PositionalToFlag | SetFreePort,
+    Field(discriminator="op"),
 ]
 
 

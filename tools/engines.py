@@ -50,26 +50,6 @@ class FatalLine(BaseModel):
     why: str = Field(description="Why the watcher must stop waiting at once.")
 
 
-class Endpoints(BaseModel):
-    """HTTP paths of a running server (http_server.py, 0.5.23)."""
-
-    model_config = ConfigDict(frozen=True)
-    ready: str = Field(
-        default="/ready", description="200 once the tokenizer manager is ready; no generation."
-    )
-    health: str = Field(default="/health", description="503 while starting; also runs a 1-token generation.")
-    health_generate: str = Field(default="/health_generate", description="Always generates one token.")
-    server_info: str = Field(default="/server_info", description="Resolved server args, `internal_states`.")
-    server_info_deprecated: str = Field(default="/get_server_info", description="Old name, logs a warning.")
-    model_info: str = "/model_info"
-    models: str = Field(
-        default="/v1/models", description="200 before the server is ready: not a readiness signal."
-    )
-    generate: str = "/generate"
-    chat: str = "/v1/chat/completions"
-    metrics: str = Field(default="/metrics", description="404 unless `--enable-metrics`.")
-
-
 _READY = "The server is fired up and ready to roll!"
 
 
@@ -83,16 +63,9 @@ class EngineProfile(BaseModel):
     model_config = ConfigDict(frozen=True)
     name: str
     version: str = Field(description="The release these patterns were read from.")
-    entry_modules: tuple[str, ...] = Field(description="`python -m <module>` entry points.")
-    cli_entry: tuple[str, ...] = Field(description="Console-script argv prefix.")
-    help_argv_suffix: tuple[str, ...] = Field(
-        description="Appended to an entry point to print the flag help."
-    )
     argparse_progs: tuple[str, ...] = Field(
         description="`prog` names argparse prints in `usage:` and `error:`."
     )
-    ready_line: str = Field(description="Printed once, when the server answers requests.")
-    endpoints: Endpoints = Endpoints()
     probe_paths: frozenset[str] = Field(
         description="GET paths a watcher polls; their access lines are not progress."
     )
@@ -123,12 +96,8 @@ class EngineProfile(BaseModel):
 SGLANG = EngineProfile(
     name="sglang",
     version="0.5.23",
-    entry_modules=("sglang.launch_server",),
-    cli_entry=("sglang", "serve"),
-    help_argv_suffix=("--help",),
     # 0.5.10+ prints `sglang serve` for both entry points; 0.3.6-0.5.8 printed `launch_server.py`.
     argparse_progs=("sglang serve", "launch_server.py"),
-    ready_line=_READY,
     probe_paths=frozenset(
         {
             "/health",

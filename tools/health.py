@@ -50,12 +50,6 @@ class HealthPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    poll_interval_s: float = Field(0.5, gt=0, description="Seconds between /health probes while starting.")
-    request_timeout_s: float = Field(
-        10.0,
-        gt=0,
-        description="Seconds one HTTP request may take (a /health probe runs a 1-token generation).",
-    )
     generation_tokens: int = Field(
         32,
         ge=1,
@@ -65,14 +59,6 @@ class HealthPolicy(BaseModel):
         1.3,
         ge=1.0,
         description="Mean accept length below which speculative decoding is called degraded (1.0 = no draft accepted).",
-    )
-    accept_samples: int = Field(
-        1, ge=1, description="Accept-length measurements needed before judging speculative decoding."
-    )
-    transient_retries: int = Field(
-        3,
-        ge=1,
-        description="Attempts per request when the server answers 500/502/504 or drops the connection.",
     )
 
 

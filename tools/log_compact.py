@@ -87,31 +87,43 @@ def _render_cause(root: RootCause, budget: int, site: str | None) -> list[str]:
     return [*out, "-- block --", block[0], *note, *reversed(kept)]
 
 
+class _Repeats:
+    """Consecutive lines that differ only in numbers collapse to the first, a count and the last."""
+
+    def __init__(self, out: list[str]) -> None:
+        self.out, self.key, self.run = out, None, []
+
+    def add(self, key: str, text: str) -> None:
+        if key == self.key:
+            self.run.append(text)
+            return
+        self.flush()
+        self.out.append(text)
+        self.key, self.run = key, [text]
+
+    def flush(self) -> None:
+        if len(self.run) > 2:
+            self.out.append(f"  [... line above repeated {len(self.run) - 2} more times; last one below ...]")
+        if len(self.run) > 1:
+            self.out.append(self.run[-1])
+        self.key, self.run = None, []
+
+
 def _body(lines: Sequence[str], skip: tuple[int, int] | None, profile: EngineProfile) -> list[str]:
     out: list[str] = []
+    repeats = _Repeats(out)
     seen: set[str] = set()
-    run_key: str | None = None
-    run: list[str] = []
     dropping = False
     i = 0
-
-    def flush() -> None:
-        if len(run) > 2:
-            out.append(f"  [... line above repeated {len(run) - 2} more times; last one below ...]")
-        if len(run) > 1:
-            out.append(run[-1])
-
     while i < len(lines):
         if skip and i == skip[0]:
-            flush()
-            run, run_key = [], None
+            repeats.flush()
             out.append("[... root-cause block, shown above ...]")
             i = max(skip[1], i + 1)
             continue
         span = usage_dump_span(lines, i) if strip_prefix(lines[i]).startswith("usage: ") else None
         if span:
-            flush()
-            run, run_key = [], None
+            repeats.flush()
             out += [
                 _cut(strip_prefix(lines[i]), 160),
                 f"  [... argparse usage dump: {span[1] - span[0]} lines ...]",
@@ -139,14 +151,8 @@ def _body(lines: Sequence[str], skip: tuple[int, int] | None, profile: EnginePro
             dropping = True
             continue
         seen.add(seen_key)
-        text = _short_prefix(prefix) + _shorten(msg)
-        if key == run_key:
-            run.append(text)
-            continue
-        flush()
-        out.append(text)
-        run, run_key = [text], key
-    flush()
+        repeats.add(key, _short_prefix(prefix) + _shorten(msg))
+    repeats.flush()
     return out
 
 

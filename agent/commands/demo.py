@@ -90,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
             sinks=[ConsoleSink(out, stages=not args.quiet_stages, canon=catalog.canonical)],
         )
         result = session.run(demo_args)
-    if session.report is not None:
-        session.report.write(run_dir / "report.json")
     launches = len(result.attempts)
     preflight = session.report.report().preflight if session.report is not None else None
     caught = len(preflight.findings) if preflight is not None else 0

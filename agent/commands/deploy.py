@@ -50,16 +50,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.approve import PolicyApprover
-    from specdoctor.agent.commands.common import choose_catalog, read_spec
     from specdoctor.agent.console import ConsoleSink
     from specdoctor.agent.render import Out
-    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
-    from specdoctor.tools.process import install_signal_handlers
+    from specdoctor.agent.session import Session, launcher_for, settings_for
 
-    install_signal_handlers()
-    spec = read_spec(args)
-    choice = choose_catalog(spec, args)
-    run_dir = make_run_dir(args.run_dir)
+    spec, choice, run_dir = Session.prepare(args)
     out = Out(sys.stderr if args.json else sys.stdout)
     session = Session(
         spec=spec,
@@ -72,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
         sinks=[ConsoleSink(out, canon=choice.catalog.canonical)],
     )
     result = session.run(args)
-    report_path = run_dir / "report.json"
-    if session.report is not None:
-        session.report.write(report_path)
+    report_path = session.report_path
     if args.detach and result.kind == "healthy":
         out.line(f"server running: pid {result.pid}, {result.url}, log {result.log_path}", "bold green")
     out.line(f"transcript: {session.transcript_path}  report: {report_path}", "dim")

@@ -49,14 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdoctor.agent.commands.common import choose_catalog, read_spec
-    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
-    from specdoctor.tools.process import install_signal_handlers
+    from specdoctor.agent.session import Session, launcher_for, settings_for
 
-    install_signal_handlers()
-    spec = read_spec(args)
-    choice = choose_catalog(spec, args)
-    run_dir = make_run_dir(args.run_dir)
+    spec, choice, run_dir = Session.prepare(args)
     canon = choice.catalog.canonical
     if sys.stdin.isatty() and sys.stdout.isatty():
         approver, sinks, say = _interactive(canon)
@@ -75,10 +70,7 @@ def run(args: argparse.Namespace) -> int:
         sinks=sinks,
     )
     result = session.run(args)
-    report_path = run_dir / "report.json"
-    if session.report is not None:
-        session.report.write(report_path)
-    say(f"transcript: {session.transcript_path}  report: {report_path}")
+    say(f"transcript: {session.transcript_path}  report: {session.report_path}")
     return result.exit_code
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.tools.sglang_facts import facts_for
 from specdoctor.tools.simnode import tracebacks as tb
 from specdoctor.tools.simnode.failure import ResolveFailure
 from specdoctor.tools.simnode.memory import MemorySettings, resolve_settings
@@ -23,25 +24,7 @@ MAX_RUNNING_RESET = (
     "Max running requests is reset to 48 for speculative decoding. "
     "You can override this by explicitly setting --max-running-requests."
 )
-_KNOWN_ALGORITHMS = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM")
-# _handle_eagle_family: these targets carry their own MTP draft layer (the draft path defaults to the model).
-_MTP_TARGETS = (
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "HYV3ForCausalLM",
-    "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-)
-_PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
+_SPEC = facts_for("0.5.23").speculative
 
 _PHASE_DEFAULTS = {
     "tc_compiler": "eager",
@@ -149,10 +132,10 @@ def _speculative(
     if draft_path is not None:
         out["speculative_draft_model_revision"] = out["speculative_draft_model_revision"] or "main"
     draft = read_model(draft_path, draft=True) if draft_path else None
-    algo = "EAGLE" if algo in ("NEXTN", "EAGLE") else algo
+    algo = _SPEC.aliases.get(algo, algo)
     out["speculative_algorithm"] = algo
     _check_draft_window(out, algo, warnings)
-    if algo not in _KNOWN_ALGORITHMS:
+    if algo not in _SPEC.algorithms:
         raise ResolveFailure(tb.unknown_algorithm(name))
     if algo in ("EAGLE", "EAGLE3", "STANDALONE"):
         return _eagle_family(out, algo, model, draft, warnings)
@@ -220,15 +203,17 @@ def _eagle_family(
             f"Mixed chunked prefill is disabled: {algo} speculative decoding does not support it."
         )
     source: DraftSource = "draft" if draft is not None else "target"
-    if model.architecture in _MTP_TARGETS:
+    if model.architecture in _SPEC.mtp_targets:
         if draft is None:
             out["speculative_draft_model_path"] = out["model_path"]
             draft, source = model, "mtp"
-        elif model.architecture not in ("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"):
+        elif model.architecture not in _SPEC.mtp_targets_with_separate_draft:
             warnings.append("DeepSeek MTP does not require setting speculative_draft_model_path.")
     _steps_topk_tokens(out, algo, model)
     steps, topk = out["speculative_num_steps"], out["speculative_eagle_topk"]
-    if "trtllm_mha" in (out["attention_backend"], out["decode_attention_backend"]) and topk > 1:
+    if {out["attention_backend"], out["decode_attention_backend"]} & set(
+        _SPEC.chain_only_backends
+    ) and topk > 1:
         raise ResolveFailure(
             tb.eagle_family_error(
                 1178, "ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding."
@@ -242,12 +227,12 @@ def _eagle_family(
         out["speculative_num_draft_tokens"] = steps + 1
     if topk is None:
         raise ResolveFailure(tb.spec_topk_none())
-    if topk > 1 and out["page_size"] > 1 and out["attention_backend"] not in _PAGE_TREE_SPEC_BACKENDS:
+    if topk > 1 and out["page_size"] > 1 and out["attention_backend"] not in _SPEC.tree_paged_backends:
         raise ResolveFailure(
             tb.eagle_family_error(
                 1278,
                 f"ValueError: speculative_eagle_topk > 1 with page_size > 1 is only supported on "
-                f"{_PAGE_TREE_SPEC_BACKENDS}; got attention_backend={out['attention_backend']!r}. "
+                f"{_SPEC.tree_paged_backends}; got attention_backend={out['attention_backend']!r}. "
                 "Use page_size == 1 or one of those backends.",
             )
         )

@@ -1,0 +1,140 @@
+"""What SGLang does, as data read from its source, per release: the one table that preflight checks,
+runtime playbooks, health probes and the simulated node all read, so that no copy drifts.
+
+Each entry names the source it was read from. A release without its own entry uses the nearest older
+one (facts change rarely; flags are versioned separately, in the flag catalog).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SpeculativeFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    algorithms: tuple[str, ...] = Field(
+        description="Built-in `--speculative-algorithm` names, after aliases are resolved."
+    )
+    aliases: dict[str, str] = Field(description="Names SGLang rewrites to another algorithm before checks.")
+    eagle_family: tuple[str, ...] = Field(
+        description="Algorithms that run a draft head with steps/topk/tokens."
+    )
+    mtp_targets: tuple[str, ...] = Field(
+        description="Target architectures whose checkpoint carries its own MTP layers: with no draft path, "
+        "SGLang uses the target path as the draft (`_handle_eagle_family`)."
+    )
+    mtp_targets_with_separate_draft: tuple[str, ...] = Field(
+        description="MTP targets for which a separate draft path is normal (no 'does not require' warning)."
+    )
+    no_spec_backends: tuple[str, ...] = Field(
+        description="Attention backends that cannot verify draft tokens: SGLang accepts them and crashes later."
+    )
+    tree_paged_backends: tuple[str, ...] = Field(
+        description="The only backends that run tree drafting (topk > 1) with --page-size > 1."
+    )
+    chain_only_backends: tuple[str, ...] = Field(description="Backends that verify only topk = 1 drafts.")
+    no_dp_attention: tuple[str, ...] = Field(description="Algorithms SGLang refuses with DP attention.")
+
+
+class Acceptance(BaseModel):
+    """Mean accepted tokens per verify step that a working drafter reaches (1.0: no draft token accepted).
+
+    A measured value at or under `none_accepted` means the draft is useless; under `working` it is weak
+    (reported, never a reason to kill a server by itself)."""
+
+    model_config = ConfigDict(frozen=True)
+    none_accepted: float = 1.05
+    working: dict[str, float] = Field(
+        description="Per algorithm: the accept length a matched drafter clearly exceeds. NGRAM drafts from "
+        "the prompt, so its level depends on the text and is far lower on a short probe."
+    )
+    default_working: float = 1.3
+
+    def working_for(self, algorithm: str | None) -> float:
+        return self.working.get(algorithm or "", self.default_working)
+
+
+class Endpoints(BaseModel):
+    """HTTP paths of a running server (`http_server.py`)."""
+
+    model_config = ConfigDict(frozen=True)
+    health: str = Field("/health", description="503 while starting; also runs a 1-token generation.")
+    health_generate: str = Field("/health_generate", description="Always generates one token.")
+    ready: str = Field("/ready", description="200 once the tokenizer manager is ready; no generation.")
+    server_info: str = Field("/server_info", description="Resolved server args, `internal_states`.")
+    server_info_old: str = Field("/get_server_info", description="Old name of /server_info, logs a warning.")
+    model_info: str = "/model_info"
+    model_info_old: str = "/get_model_info"
+    models: str = Field("/v1/models", description="200 before the server is ready: not a readiness signal.")
+    generate: str = "/generate"
+    chat: str = "/v1/chat/completions"
+    completions: str = "/v1/completions"
+    metrics: str = Field("/metrics", description="404 unless --enable-metrics.")
+    ping: str = "/ping"
+
+
+class EngineFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    version: str = Field(description="The release these facts were read from.")
+    source: str = Field(description="Where in that release's source they come from.")
+    speculative: SpeculativeFacts
+    acceptance: Acceptance
+    endpoints: Endpoints = Endpoints()
+
+
+_MTP_TARGETS = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+)
+
+RELEASES: dict[str, EngineFacts] = {
+    "0.5.23": EngineFacts(
+        version="0.5.23",
+        source="srt/arg_groups/speculative_hook.py (_handle_eagle_family, resolve checks), "
+        "srt/entrypoints/http_server.py, srt/speculative/spec_info.py",
+        speculative=SpeculativeFacts(
+            algorithms=("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM"),
+            aliases={"NEXTN": "EAGLE"},
+            eagle_family=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"),
+            mtp_targets=_MTP_TARGETS,
+            mtp_targets_with_separate_draft=("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"),
+            no_spec_backends=("torch_native", "flex_attention"),
+            tree_paged_backends=("flashinfer", "fa3", "triton"),
+            chain_only_backends=("trtllm_mha",),
+            no_dp_attention=("NGRAM", "STANDALONE"),
+        ),
+        acceptance=Acceptance(working={"NGRAM": 1.1}),
+    ),
+}
+
+
+def _key(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+@cache
+def facts_for(version: str | None = None) -> EngineFacts:
+    """The facts of `version`: its own entry, the nearest older one, or (unknown/older than all) the oldest."""
+    ordered = sorted(RELEASES.values(), key=lambda f: _key(f.version))
+    if version is None:
+        return ordered[-1]
+    older = [f for f in ordered if _key(f.version) <= _key(version)]
+    return older[-1] if older else ordered[0]
