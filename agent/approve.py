@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.playbooks.decision import Fix
+from specdoctor.playbooks.gate import Refusal, Touch, needing_a_person
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.edit_policy import Allowance
 
 
 class Review(BaseModel):
@@ -19,6 +22,7 @@ class Review(BaseModel):
     by: str = "policy"
     note: str = ""
     ask_llm: bool = Field(default=False, description="The person wants the LLM's opinion instead.")
+    refused: tuple[Refusal, ...] = Field(default=(), description="Edits the policy would not make unasked.")
 
 
 class Approver(Protocol):
@@ -28,25 +32,48 @@ class Approver(Protocol):
     def confirm(self, question: str) -> bool: ...
 
     def review(
-        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
-    ) -> Review: ...
+        self,
+        old: LaunchCommand,
+        decision: Fix,
+        new: LaunchCommand,
+        attempt: int,
+        note: str = "",
+        touches: Sequence[Touch] = (),
+    ) -> Review:
+        """`touches`: the policy class of every flag and variable the change touches."""
+        ...
 
 
 class PolicyApprover:
-    """Unattended: apply a fix when the planner is confident enough, otherwise stop and say why."""
+    """Unattended: apply a fix when it touches only tuning (or what the user allowed) and the planner is
+    confident enough; otherwise stop and say why."""
 
     kind = "policy"
 
-    def __init__(self, min_confidence: float = 0.5) -> None:
+    def __init__(self, min_confidence: float = 0.5, allowance: Allowance | None = None) -> None:
         self.min_confidence = min_confidence
+        self.allowance = allowance or Allowance()
 
     def confirm(self, question: str) -> bool:
         """Unattended, leave was given up front (--allow-kill), which is why it is asked at all."""
         return True
 
     def review(
-        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
+        self,
+        old: LaunchCommand,
+        decision: Fix,
+        new: LaunchCommand,
+        attempt: int,
+        note: str = "",
+        touches: Sequence[Touch] = (),
     ) -> Review:
+        refused = needing_a_person(touches, self.allowance)
+        if refused:
+            return Review(
+                approved=False,
+                note=f"{decision.summary}; the fix needs a person: " + "; ".join(r.reason for r in refused),
+                refused=tuple(refused),
+            )
         if decision.confidence < self.min_confidence:
             return Review(
                 approved=False,

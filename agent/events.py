@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from specdoctor.agent.redact import redact, redact_argv, redact_env
 from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.gate import Refusal
 from specdoctor.tools.command import Edit, LaunchCommand
 from specdoctor.tools.gpu import GpuReport
 from specdoctor.tools.log_cause import RootCause
@@ -211,6 +212,12 @@ class DecisionEvent(_Event):
     rule_errors: tuple[str, ...] = Field(
         default=(), description="Playbooks that raised while deciding: a bug to report, skipped, not fatal."
     )
+    refused: tuple[Refusal, ...] = Field(
+        default=(), description="Fixes the gate turned down before this one."
+    )
+    trace: tuple[str, ...] = Field(
+        default=(), description="The planner's steps (LLM tool calls, rejections)."
+    )
 
     @property
     def tokens(self) -> int:
@@ -225,6 +232,8 @@ class DecisionEvent(_Event):
             prompt_tokens=planned.prompt_tokens,
             completion_tokens=planned.completion_tokens,
             rule_errors=planned.rule_errors,
+            refused=planned.refused,
+            trace=planned.trace,
         )
 
 
@@ -235,6 +244,10 @@ class ApprovalEvent(_Event):
     by: Literal["policy", "user"]
     note: str = ""
     edited_command: str | None = Field(default=None, description="The command as the person edited it.")
+    refused: tuple[Refusal, ...] = Field(
+        default=(),
+        description="Edits turned down (invalid, or beyond what this run may change unasked), why.",
+    )
 
 
 class EditEvent(_Event):

@@ -12,7 +12,7 @@ import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.text import Text
 
 from specdoctor.agent.approve import Review
 from specdoctor.playbooks.decision import Fix
+from specdoctor.playbooks.gate import Touch
 from specdoctor.tools.command import CommandError, LaunchCommand
 
 EDIT_PROMPT = "command> "
@@ -96,12 +97,21 @@ class InteractiveApprover:
             self._say("answer y or n", "yellow")
 
     def review(
-        self, old: LaunchCommand, decision: Fix, new: LaunchCommand, attempt: int, note: str = ""
+        self,
+        old: LaunchCommand,
+        decision: Fix,
+        new: LaunchCommand,
+        attempt: int,
+        note: str = "",
+        touches: Sequence[Touch] = (),
     ) -> Review:
         self.before_prompt()
         if note:
             self._say(note, "bold yellow")
         source = "the static check" if decision.playbook == "preflight" else decision.playbook or "the LLM"
+        for touch in touches:
+            if touch.classed.edit_class != "tuning":
+                self._say(f"  {touch.classed.edit_class}: {touch.edit} ({touch.classed.rule})", "magenta")
         self._say(f"proposed command (from {source}):", "bold")
         self.console.print(Text(new.shell(), style="cyan"), soft_wrap=True)
         editor = editor_command()

@@ -34,6 +34,7 @@ from specdoctor.agent.planner import Planned
 from specdoctor.agent.redact import MASK, redact_text
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.decision import CATEGORIES, Category, Decision, Fix, Stop
+from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.tools.command import Edit, LaunchCommand
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.system import looks_local, model_facts
@@ -380,6 +381,7 @@ class LLMPlanner:
             prompt_tokens=self.last_usage.prompt_tokens,
             completion_tokens=self.last_usage.completion_tokens,
             note=self.note or "",
+            trace=self.last_trace,
         )
 
     def decide(self, ctx: Context) -> Decision | None:
@@ -422,6 +424,10 @@ class LLMPlanner:
         if not proposal.edits:
             return ['action "fix" needs at least one edit; answer "stop" if no edit can help']
         problems = [p for e in proposal.edits for p in self._policy(ctx, e)]
+        original = ctx.tried[0] if ctx.tried else ctx.spec
+        problems += [
+            f"{r.edit}: {r.reason}" for r in invalid_edits(ctx.spec, proposal.edits, ctx.catalog, original)
+        ]
         if problems:
             return problems
         from specdoctor.agent.preflight import validate_edits

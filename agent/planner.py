@@ -9,7 +9,8 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.playbooks.base import Context, Playbook
-from specdoctor.playbooks.decision import Decision, Stop
+from specdoctor.playbooks.decision import Decision, Fix, Stop
+from specdoctor.playbooks.gate import Refusal, invalid_edits
 
 
 class Planned(BaseModel):
@@ -24,7 +25,13 @@ class Planned(BaseModel):
     rule_errors: tuple[str, ...] = Field(
         default=(), description="Rules that raised (skipped), one line each."
     )
+    refused: tuple[Refusal, ...] = Field(
+        default=(), description="Fixes the gate turned down on the way (an invalid edit), with why."
+    )
     note: str = Field(default="", description="Why there is no decision, when there is none.")
+    trace: tuple[str, ...] = Field(
+        default=(), description="What the planner did, a line a step (LLM tool calls)."
+    )
 
     @property
     def total_tokens(self) -> int:
@@ -53,15 +60,21 @@ class PlaybookPlanner:
 
     def plan(self, ctx: Context) -> Planned:
         errors: list[str] = []
+        refused: list[Refusal] = []
         for pb in self.playbooks:
             try:
                 decision = pb.run(ctx)
             except Exception as exc:  # a broken rule must not cost the diagnosis; the next rule gets its turn
                 errors.append(f"playbook {pb.id} failed: {type(exc).__name__}: {exc}")
                 continue
+            if decision is not None and (turned_down := gate(ctx, decision)):
+                refused.extend(turned_down)  # the next rule may know a valid fix
+                continue
             if decision is not None:
-                return Planned(decision=decision, planner=self.name, rule_errors=tuple(errors))
-        return Planned(decision=None, planner=self.name, rule_errors=tuple(errors))
+                return Planned(
+                    decision=decision, planner=self.name, rule_errors=tuple(errors), refused=tuple(refused)
+                )
+        return Planned(decision=None, planner=self.name, rule_errors=tuple(errors), refused=tuple(refused))
 
 
 class ChainPlanner:
@@ -75,12 +88,35 @@ class ChainPlanner:
 
     def plan(self, ctx: Context) -> Planned:
         errors: list[str] = []
+        refused: list[Refusal] = []
         for planner in self.planners:
             planned = planner.plan(ctx)
             errors.extend(planned.rule_errors)
+            refused.extend(planned.refused)
+            if planned.decision is not None and (turned_down := gate(ctx, planned.decision)):
+                refused.extend(turned_down)
+                continue
             if planned.decision is not None:
-                return planned.model_copy(update={"rule_errors": tuple(errors)})
-        return Planned(decision=no_rule_matched(ctx, self.notes), planner="none", rule_errors=tuple(errors))
+                return planned.model_copy(update={"rule_errors": tuple(errors), "refused": tuple(refused)})
+        notes = (*self.notes, *_refusal_notes(refused))
+        return Planned(
+            decision=no_rule_matched(ctx, notes),
+            planner="none",
+            rule_errors=tuple(errors),
+            refused=tuple(refused),
+        )
+
+
+def gate(ctx: Context, decision: Decision) -> list[Refusal]:
+    """The validity half of the one gate, for a planner's decision about this failure."""
+    if not isinstance(decision, Fix):
+        return []
+    original = ctx.tried[0] if ctx.tried else ctx.spec
+    return invalid_edits(ctx.spec, decision.edits, ctx.catalog, original)
+
+
+def _refusal_notes(refused: Sequence[Refusal]) -> tuple[str, ...]:
+    return tuple(f"Refused as invalid: {r.edit} ({r.reason})." for r in refused[:3])
 
 
 def no_rule_matched(ctx: Context, notes: Sequence[str] = ()) -> Stop:

@@ -12,6 +12,7 @@ from specdoctor.agent.preflight import preflight
 from specdoctor.agent.results import Stopped
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.decision import Fix
+from specdoctor.playbooks.gate import invalid_edits, touches
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand, SetFlag, SetFreePort
 from specdoctor.tools.gpu import GpuReport
@@ -39,7 +40,14 @@ class Reviewer:
         corrected: LaunchCommand | None = None,
     ) -> LaunchCommand:
         """The command to launch next; raises Stopped when the change is refused or leads nowhere new."""
-        decision, review, proposed = self._approve(command, decision, attempt, corrected)
+        invalid = invalid_edits(command, decision.edits, self.catalog, tried[0] if tried else command)
+        if invalid:
+            review = Review(
+                approved=False, note=f"{decision.summary}; the change is invalid", refused=tuple(invalid)
+            )
+            proposed = command
+        else:
+            decision, review, proposed = self._approve(command, decision, attempt, corrected)
         self.bus.emit(
             ApprovalEvent(
                 attempt=attempt,
@@ -49,6 +57,7 @@ class Reviewer:
                 edited_command=review.spec.shell()
                 if review.spec is not None and review.spec != proposed
                 else None,
+                refused=review.refused,
             )
         )
         if not review.approved or review.spec is None:
@@ -78,7 +87,8 @@ class Reviewer:
         )
         note = ""
         while True:
-            review = self.approver.review(command, decision, proposed, attempt, note=note)
+            found = touches(decision.edits, self.catalog)
+            review = self.approver.review(command, decision, proposed, attempt, note=note, touches=found)
             if not review.ask_llm:
                 checked = self._check_edit(review, proposed)
                 if checked is None:

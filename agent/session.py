@@ -52,7 +52,7 @@ class Session:
 
         install_signal_handlers()
         spec = read_spec(args)
-        return spec, choose_catalog(spec, args), make_run_dir(args.run_dir)
+        return spec, choose_catalog(spec, args, launching=True), make_run_dir(args.run_dir)
 
     def run(self, args: argparse.Namespace) -> LoopResult:
         from specdoctor.agent.commands.common import llm_planner

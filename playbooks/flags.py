@@ -76,6 +76,11 @@ _AMBIGUOUS = re.compile(r"ambiguous option: (--[\w-]+) could match (.+)$")
 def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_line: str) -> Decision | None:
     """The running SGLang reads `written` as an abbreviation of several flags. Spell out the one meant: the
     one this catalog gives it (an alias here, like `--model`), else the closest candidate."""
+    # argparse's grammar: an ambiguous option is a prefix of every flag it could match. A line that says
+    # otherwise did not come from argparse, and a rename it asks for would move the flag's value elsewhere.
+    candidates = [c for c in candidates if c.startswith(written) and c != written]
+    if not candidates:
+        return None
     meant = ctx.catalog.canonical(written)
     if meant not in candidates:
         ranked = sorted(candidates, key=lambda c: -score(written, c))

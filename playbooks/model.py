@@ -63,7 +63,9 @@ stop_rules(
 @playbook(
     id="sglang.model.remote-code",
     category="trust-remote-code",
-    pattern=r"trust_remote_code=True|requires you to execute (?:the )?(?:configuration|custom) (?:file|code)|contains custom code which must be executed",
+    # transformers' own wording; a bare `trust_remote_code=True` anywhere in a log is not a request for it.
+    pattern=r"set the option `?trust_remote_code=True`?|requires you to execute (?:the )?(?:configuration|custom) "
+    r"(?:file|code)|contains custom code which must be executed",
     priority=25,
 )
 def remote_code(ctx: Context, m: re.Match[str] | None) -> Decision | None:

@@ -291,7 +291,7 @@ def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
         def confirm(self, question: str) -> bool:
             return False
 
-        def review(self, old, decision, new, attempt, note=""):
+        def review(self, old, decision, new, attempt, note="", touches=()):
             self.notes.append(note)
             if attempt == 0 or note:
                 return Review(approved=True, spec=new, by="user")

@@ -27,6 +27,7 @@ def _check(env, args: list[str]) -> dict:
             "check",
             "--json",
             "--no-host",
+            "--live-catalog",
             "--",
             *env.launch_server(),
             *args,

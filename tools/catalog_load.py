@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -136,7 +137,8 @@ class Installed(BaseModel):
 
 
 def find_interpreter(entrypoint: tuple[str, ...], env: dict[str, str]) -> str | None:
-    """The python that would run this entrypoint, as a real path, or None if it is not on PATH."""
+    """The python that would run this entrypoint, as a real path, or None if it is not on PATH (the
+    command's own PATH when `env` has one: that is where its launch would look)."""
     path = env.get("PATH", os.environ.get("PATH", ""))
     exe = shutil.which(entrypoint[0], path=path)
     if exe is None:
@@ -161,8 +163,9 @@ def _shebang_python(script: Path, path: str) -> str | None:
     return os.path.abspath(words[0]) if words else None
 
 
-def installed(interpreter: str) -> Installed:
-    for folder in _sys_path(interpreter):
+def installed(interpreter: str, run: bool = True) -> Installed:
+    """The SGLang `interpreter` has. `run=False` only reads what an earlier run cached: nothing executes."""
+    for folder in _sys_path(interpreter, run):
         for dist in sorted(Path(folder).glob("sglang-*.dist-info")):
             return Installed(
                 interpreter=interpreter,
@@ -172,7 +175,7 @@ def installed(interpreter: str) -> Installed:
     return Installed(interpreter=interpreter, version=None, dist_info=None)
 
 
-def _sys_path(interpreter: str) -> list[str]:
+def _sys_path(interpreter: str, run: bool = True) -> list[str]:
     """The interpreter's sys.path, cached by interpreter path and mtime (one ~30 ms run the first time)."""
     stamp = _mtime(interpreter)
     store = cache_dir() / "interpreters.json"
@@ -180,6 +183,8 @@ def _sys_path(interpreter: str) -> list[str]:
     entry = known.get(interpreter)
     if entry and entry.get("mtime") == stamp:
         return entry["sys_path"]
+    if not run:
+        return []
     try:
         out = subprocess.run(
             [interpreter, "-c", "import sys, json; print(json.dumps(sys.path))"],
@@ -187,6 +192,7 @@ def _sys_path(interpreter: str) -> list[str]:
             text=True,
             timeout=30,
             stdin=subprocess.DEVNULL,
+            env=probe_env(),
         )
         paths = json.loads(out.stdout) if out.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
@@ -204,17 +210,25 @@ def for_command(
     version: str | None = None,
     catalog_file: Path | None = None,
     refresh: bool = False,
+    live: bool = True,
 ) -> CatalogChoice:
-    """The catalog to check this command against, and where it came from."""
+    """The catalog to check this command against, and where it came from.
+
+    `live=False` (reading a command, not launching it) runs nothing: the interpreter is looked up on
+    specdoctor's own PATH, and only what an earlier live read cached is used; otherwise the bundled flags."""
     if catalog_file is not None:
         cat = from_file(catalog_file)
         return CatalogChoice(catalog=cat, note=f"flags from {cat.source}")
     if version is not None:
         return CatalogChoice(catalog=bundled(version), note=f"flags of SGLang {version} (bundled --help)")
-    interpreter = find_interpreter(entrypoint, env)
+    interpreter = find_interpreter(entrypoint, env if live else {})
     if interpreter is None:
         return _fallback(f"`{entrypoint[0]}` is not on PATH")
-    inst = installed(interpreter)
+    inst = installed(interpreter, run=live)
+    if inst.version is None and not live:
+        return _fallback(
+            f"the SGLang of {interpreter} was not read (that runs it; --live-catalog does)", interpreter
+        )
     if inst.version is None:
         return _fallback(f"SGLang is not installed for {interpreter}", interpreter)
     key = _cache_key(inst)
@@ -230,8 +244,13 @@ def for_command(
             )
         except CatalogError:
             pass
+    if not live:
+        return _fallback(
+            f"the flags of SGLang {inst.version} at {interpreter} are not cached (--live-catalog reads them)",
+            interpreter,
+        )
     try:
-        cat = probe(interpreter, inst.version, env)
+        cat = probe(interpreter, inst.version)
     except CatalogError as exc:
         return _fallback(str(exc), interpreter)
     _write_text(path, _to_json(cat))
@@ -250,12 +269,21 @@ def _fallback(reason: str, interpreter: str | None = None) -> CatalogChoice:
     )
 
 
-def probe(interpreter: str, version: str, env: dict[str, str] | None = None) -> FlagCatalog:
+_UNSAFE_ENV = re.compile(r"^(?:LD_\w+|DYLD_\w+|PYTHON\w*|BASH_ENV|ENV|PERL5\w*|RUBY\w*|NODE_OPTIONS)$")
+
+
+def probe_env() -> dict[str, str]:
+    """The environment an interpreter is run with to read its flags: specdoctor's own, never the launch
+    command's overrides, without variables that make a process load code it would not load otherwise."""
+    return {k: v for k, v in os.environ.items() if not _UNSAFE_ENV.match(k)} | {"PYTHONHASHSEED": "0"}
+
+
+def probe(interpreter: str, version: str) -> FlagCatalog:
     """Run the engine's real `--help` (through the probe, which also records argparse's types)."""
     import tempfile
 
     probe_script = Path(__file__).with_name("catalog_probe.py")
-    run_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0"}
+    run_env = probe_env()
     with tempfile.TemporaryDirectory(prefix="specdoctor-probe-") as tmp:
         out_json = Path(tmp) / "actions.json"
         try:
@@ -286,9 +314,9 @@ def probe(interpreter: str, version: str, env: dict[str, str] | None = None) -> 
     )
 
 
-def help_text(interpreter: str, env: dict[str, str] | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
+def help_text(interpreter: str, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Exactly what `<interpreter> -m sglang.launch_server --help` prints (deterministic choice order)."""
-    run_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0"}
+    run_env = probe_env()
     proc = subprocess.run(
         [interpreter, "-m", ENTRY_MODULE, "--help"],
         capture_output=True,

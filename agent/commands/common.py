@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from specdoctor.agent.commands.options import command_words
+from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.catalog_load import CatalogChoice, for_command
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.edit_policy import Allowance
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.gpu import GpuReport
 
@@ -16,14 +19,18 @@ def read_spec(args: argparse.Namespace) -> LaunchCommand:
     return LaunchCommand.parse(command_words(args.command))
 
 
-def choose_catalog(spec: LaunchCommand, args: argparse.Namespace) -> CatalogChoice:
+def choose_catalog(spec: LaunchCommand, args: argparse.Namespace, launching: bool = False) -> CatalogChoice:
+    """The flag catalog for the command. Only a verb that will launch the command anyway (`launching`), or
+    a person asking for it (--live-catalog, --refresh-catalog), runs the command's python to read it."""
     catalog_file = Path(args.catalog) if getattr(args, "catalog", None) else None
+    refresh = getattr(args, "refresh_catalog", False)
     return for_command(
         spec.entrypoint,
         spec.env_dict(),
         version=getattr(args, "sglang_version", None),
         catalog_file=catalog_file,
-        refresh=getattr(args, "refresh_catalog", False),
+        refresh=refresh,
+        live=launching or refresh or getattr(args, "live_catalog", False),
     )
 
 
@@ -74,3 +81,17 @@ def llm_planner(args: argparse.Namespace, host: bool = True):
     if setup.config is None:
         return None, (f"No LLM was asked: {setup.note.rstrip('.')}.",)
     return LLMPlanner(setup.config, host=host), ()
+
+
+def allowance(args: argparse.Namespace, catalog: FlagCatalog) -> Allowance:
+    """What `--allow FLAG` and `--allow-env NAME` let unattended changes touch beyond tuning."""
+    flags = set()
+    for written in getattr(args, "allow", None) or []:
+        resolved = catalog.resolve(written if written.startswith("--") else f"--{written}")
+        if resolved.flag is None or resolved.status not in ("exact", "prefix"):
+            raise UsageError(f"--allow {written}: not a flag of SGLang {catalog.version}")
+        flags.add(resolved.flag.name)
+    for name in getattr(args, "allow_env", None) or []:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise UsageError(f"--allow-env {name!r}: not an environment variable name")
+    return Allowance(flags=frozenset(flags), env=frozenset(getattr(args, "allow_env", None) or []))

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.session import Session, make_run_dir, settings_for
     from specdoctor.tools.catalog_load import CatalogChoice, bundled
     from specdoctor.tools.command import LaunchCommand
+    from specdoctor.tools.edit_policy import Allowance
     from specdoctor.tools.process import install_signal_handlers
 
     install_signal_handlers()
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             "The seed story: Kimi-K2.5 + an EAGLE-3 drafter on 8x H200 (simulated), with four faults in one command.",
             "bold",
         )
-        out.line(f"(another server is holding port {port})", "dim")
+        out.line(f"(another server is holding port {port}; the demo lets specdoctor move --port)", "dim")
         run_dir = make_run_dir(args.run_dir)
         demo_args = argparse.Namespace(
             max_launches=6,
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             spec=spec,
             choice=CatalogChoice(catalog=catalog, note="flags of SGLang 0.5.23 (bundled --help)"),
             launcher=SimulatedLauncher("h200x8", speed=args.sim_speed),
-            approver=PolicyApprover(0.5),
+            # The story has another server on the port: moving --port is the demo's to make.
+            approver=PolicyApprover(0.5, Allowance(flags=frozenset({"--port"}))),
             settings=settings_for(demo_args, run_dir, when_healthy="stop"),
             run_dir=run_dir,
             mode="demo",

@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.approve import PolicyApprover
+    from specdoctor.agent.commands.common import allowance
     from specdoctor.agent.console import ConsoleSink
     from specdoctor.agent.render import Out
     from specdoctor.agent.session import Session, launcher_for, settings_for
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         spec=spec,
         choice=choice,
         launcher=launcher_for(args),
-        approver=PolicyApprover(args.min_confidence),
+        approver=PolicyApprover(args.min_confidence, allowance(args, choice.catalog)),
         settings=settings_for(args, run_dir, when_healthy=_when_healthy(args)),
         run_dir=run_dir,
         mode="deploy",

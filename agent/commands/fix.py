@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from specdoctor.agent.approve import Approver
     from specdoctor.agent.events import Sink
+    from specdoctor.tools.catalog import FlagCatalog
     from specdoctor.tools.command import Canon
 
     Parts = tuple[Approver, list[Sink], Callable[[str], None]]
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         like = "specdoctor deploy" if args.keep else "specdoctor deploy --once"
         print(f"not a terminal: running unattended, like `{like}`", file=sys.stderr)
-        approver, sinks, say = _unattended(args, canon)
+        approver, sinks, say = _unattended(args, choice.catalog)
     session = Session(
         spec=spec,
         choice=choice,
@@ -87,14 +88,15 @@ def _interactive(canon: Canon) -> Parts:
     return approver, [view], lambda text: console.print(Text(text, style="dim"), soft_wrap=True)
 
 
-def _unattended(args: argparse.Namespace, canon: Canon) -> Parts:
+def _unattended(args: argparse.Namespace, catalog: FlagCatalog) -> Parts:
     from specdoctor.agent.approve import PolicyApprover
+    from specdoctor.agent.commands.common import allowance
     from specdoctor.agent.console import ConsoleSink
     from specdoctor.agent.render import Out
 
     out = Out(sys.stdout)
     return (
-        PolicyApprover(args.min_confidence),
-        [ConsoleSink(out, canon=canon)],
+        PolicyApprover(args.min_confidence, allowance(args, catalog)),
+        [ConsoleSink(out, canon=catalog.canonical)],
         lambda text: out.line(text, "dim"),
     )

@@ -20,7 +20,18 @@ def add_catalog_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--catalog", metavar="FILE", help="check against a saved --help text (or exported catalog)"
     )
-    g.add_argument("--refresh-catalog", action="store_true", help="re-read the installed SGLang's --help")
+    g.add_argument(
+        "--live-catalog",
+        action="store_true",
+        help="read the flags of the SGLang the command's python has by running it (with specdoctor's own "
+        "environment, not the command's); check and diagnose otherwise run nothing and use a cached or "
+        "bundled list",
+    )
+    g.add_argument(
+        "--refresh-catalog",
+        action="store_true",
+        help="re-read the installed SGLang's --help (implies --live-catalog)",
+    )
 
 
 def add_gpu_options(p: argparse.ArgumentParser) -> None:
@@ -113,6 +124,20 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         default=0.5,
         metavar="C",
         help="apply fixes at least this confident (default 0.5)",
+    )
+    g.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="also let unattended changes touch FLAG, beyond tuning flags (e.g. --allow --port); repeatable",
+    )
+    g.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also let unattended changes set or unset environment variable NAME; repeatable",
     )
     g.add_argument(
         "--allow-kill",

@@ -1,0 +1,253 @@
+"""The one gate every proposed change crosses, whoever proposed it (preflight, a rule, a user's YAML rule,
+the LLM, a person's edit): is it a change the engine can take at all, and may this run make it unasked?
+
+Validity does not trust where an edit came from. Log text, config files and LLM answers are untrusted, so
+a value must be one the engine's catalog accepts (a listed choice, a number of the flag's type within
+range) or one the user already wrote; a rename must be one the catalog itself explains (the abbreviation,
+`_` spelling, synonym or close match of a flag the user typed); an environment variable may only be unset
+when this run set it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from specdoctor.playbooks.spec_checks import builtin_algorithms
+from specdoctor.tools.catalog import FlagCatalog
+from specdoctor.tools.command import (
+    Edit,
+    LaunchCommand,
+    PositionalToFlag,
+    RemoveFlag,
+    RenameFlag,
+    SetEnv,
+    SetFlag,
+    SetFreePort,
+    UnsetEnv,
+)
+from specdoctor.tools.edit_policy import Allowance, Classed, EditClass, edit_policy
+from specdoctor.tools.help_parser import FlagInfo
+
+MAX_EDITS = 16
+MAX_TEXT = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9_.,:=/+@-]{0,256}$")
+_NUMBER_LIMIT = 1e9
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+_NUMERIC = ("int", "float", "human_readable_int")
+
+
+class Refusal(BaseModel):
+    """An edit the gate will not let through, and why, in words a person reads."""
+
+    model_config = ConfigDict(frozen=True)
+    edit: str
+    reason: str
+    edit_class: EditClass | None = None
+
+
+def invalid_edits(
+    command: LaunchCommand,
+    edits: Sequence[Edit],
+    catalog: FlagCatalog,
+    original: LaunchCommand | None = None,
+) -> list[Refusal]:
+    """Why these edits cannot be applied by anyone (empty when they can). `original`: the command the run
+    started from, so that environment variables this run set (and only those) may be unset."""
+    if len(edits) > MAX_EDITS:
+        return [Refusal(edit=f"{len(edits)} edits", reason=f"more than {MAX_EDITS} edits in one change")]
+    refusals = []
+    for edit in edits:
+        reason = _text_problem(edit) or _problem(edit, command, catalog, original)
+        if reason:
+            refusals.append(Refusal(edit=_describe(edit), reason=reason))
+    return refusals
+
+
+class Touch(BaseModel):
+    """One flag or environment variable an edit touches, with its policy class."""
+
+    model_config = ConfigDict(frozen=True)
+    edit: str
+    classed: Classed
+    is_env: bool = False
+
+
+def touches(edits: Sequence[Edit], catalog: FlagCatalog) -> list[Touch]:
+    """Every flag or variable the edits touch, classed (a rename touches both names)."""
+    policy = edit_policy()
+    found: list[Touch] = []
+    for edit in edits:
+        if isinstance(edit, SetEnv | UnsetEnv):
+            found.append(Touch(edit=_describe(edit), classed=policy.env(edit.name), is_env=True))
+            continue
+        names = [edit.flag, edit.to] if isinstance(edit, RenameFlag) else [edit.flag]
+        for name in names:
+            resolved = catalog.resolve(name)
+            classed = policy.flag(resolved.flag.name if resolved.flag else name)
+            found.append(Touch(edit=_describe(edit), classed=classed))
+    return found
+
+
+def needing_a_person(found: Sequence[Touch], allowance: Allowance) -> list[Refusal]:
+    """What this run may not change unattended: anything beyond tuning the user did not allow."""
+    refusals = []
+    for touch in found:
+        classed = touch.classed
+        if allowance.permits(classed, touch.is_env):
+            continue
+        how = f"--allow-env {classed.name}" if touch.is_env else f"--allow {classed.name}"
+        refusals.append(
+            Refusal(
+                edit=touch.edit,
+                reason=f"{classed.name} is {classed.edit_class} ({classed.rule}); a person decides "
+                f"(`specdoctor fix`), or allow it with {how}",
+                edit_class=classed.edit_class,
+            )
+        )
+    return refusals
+
+
+def _describe(edit: Edit) -> str:
+    return _CONTROL.sub("?", edit.describe())[:200]
+
+
+def _text_problem(edit: Edit) -> str | None:
+    for value in edit.model_dump().values():
+        texts = value if isinstance(value, list | tuple) else [value]
+        for text in texts:
+            if isinstance(text, str) and _CONTROL.search(text):
+                return "contains a control character (newline, NUL, escape)"
+            if isinstance(text, str) and len(text) > MAX_TEXT:
+                return f"a value longer than {MAX_TEXT} characters"
+    return None
+
+
+def _problem(
+    edit: Edit, command: LaunchCommand, catalog: FlagCatalog, original: LaunchCommand | None
+) -> str | None:
+    if isinstance(edit, SetEnv):
+        return _env_problem(edit)
+    if isinstance(edit, UnsetEnv):
+        started = dict(original.env) if original is not None else dict(command.env)
+        set_here = edit.name in command.env_dict() and started.get(edit.name) != command.env_dict()[edit.name]
+        return None if set_here else f"{edit.name} was not set by this run: only a person removes it"
+    if isinstance(edit, RenameFlag):
+        return _rename_problem(edit, command, catalog)
+    if isinstance(edit, RemoveFlag):
+        # Whatever the user wrote may go, known to this catalog or not; nothing else is "removed".
+        written = any(o.name == edit.flag for o in command.options()) or command.has(
+            edit.flag, catalog.canonical
+        )
+        return None if written else f"{edit.flag} is not in the command"
+    flag = _exact(edit.flag, catalog)
+    if flag is None:
+        return f"{edit.flag} is not a flag of SGLang {catalog.version} (the full name --help lists)"
+    if isinstance(edit, SetFlag):
+        return _values_problem(flag, edit.values, command, catalog)
+    if isinstance(edit, PositionalToFlag) and edit.value not in command.positionals():
+        return f"{edit.value} is not a bare word of the command"
+    if isinstance(edit, SetFreePort) and flag.value_type not in (None, "int"):
+        return f"{flag.name} does not take a port number"
+    return None
+
+
+def _exact(name: str, catalog: FlagCatalog) -> FlagInfo | None:
+    resolved = catalog.resolve(name)
+    return resolved.flag if resolved.status == "exact" else None
+
+
+def _env_problem(edit: SetEnv) -> str | None:
+    if not _ENV_NAME.match(edit.name):
+        return f"{edit.name!r} is not an environment variable name"
+    if not _ENV_VALUE.match(edit.value):
+        return "the value has characters an environment setting from a rule never needs"
+    return None
+
+
+def _rename_problem(edit: RenameFlag, command: LaunchCommand, catalog: FlagCatalog) -> str | None:
+    """A rename is valid only where the catalog explains it for a flag the user wrote."""
+    if not any(o.name == edit.flag for o in command.options()):
+        return f"{edit.flag} is not written in the command"
+    target = _exact(edit.to, catalog)
+    if target is None:
+        return f"{edit.to} is not a flag of SGLang {catalog.version}"
+    resolved = catalog.resolve(edit.flag)
+    explained = (
+        (resolved.status != "exact" and resolved.flag is not None and resolved.flag.name == target.name)
+        or target.name in resolved.candidates
+        or any(s.flag == target.name for s in resolved.suggestions)
+        or (resolved.synonym is not None and resolved.synonym.target == target.name)
+        # Another release reads this spelling as an abbreviation: argparse only expands prefixes.
+        or (target.name.startswith(edit.flag) and target.name != edit.flag)
+    )
+    if not explained:
+        return f"nothing in SGLang {catalog.version}'s flags makes {edit.flag} mean {target.name}"
+    values = edit.values if edit.values is not None else _written_values(command, edit.flag)
+    return _values_problem(target, values, command, catalog)
+
+
+def _written_values(command: LaunchCommand, flag: str) -> tuple[str, ...]:
+    found = [o for o in command.options() if o.name == flag]
+    return found[-1].values if found else ()
+
+
+def _values_problem(
+    flag: FlagInfo, values: Sequence[str], command: LaunchCommand, catalog: FlagCatalog
+) -> str | None:
+    if flag.nargs == 0:
+        return f"{flag.name} is a switch and takes no value" if values else None
+    if not values and flag.nargs not in ("?", "*"):
+        return f"{flag.name} needs a value"
+    if len(values) > 1 and flag.nargs in (None, "?"):
+        return f"{flag.name} takes one value"
+    for value in values:
+        if problem := _value_problem(flag, value, command, catalog):
+            return problem
+    return None
+
+
+def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: FlagCatalog) -> str | None:
+    written = {t for o in command.options() for t in o.values} | set(command.positionals())
+    choices = flag.choices or _borrowed_choices(flag, catalog)
+    if choices:
+        return None if value in choices else f"{value!r} is not one of {flag.name}'s choices"
+    if flag.name == "--speculative-algorithm":
+        known = builtin_algorithms(catalog)
+        return None if value in known or value in written else f"{value!r} is not an algorithm SGLang has"
+    if flag.value_type in _NUMERIC or (flag.value_type is None and _NUMBER.match(value)):
+        return _number_problem(flag, value)
+    if value in written:
+        return None  # the user's own value, moved or kept
+    return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
+
+
+def _borrowed_choices(flag: FlagInfo, catalog: FlagCatalog) -> tuple[str, ...]:
+    """A free-text flag that picks the same kind of thing as a flag with choices takes those choices:
+    `--speculative-draft-attention-backend` takes what `--attention-backend` lists."""
+    words = flag.name[2:].split("-")
+    for size in range(len(words) - 1, 1, -1):
+        suffix = "-".join(words[-size:])
+        same_kind = [
+            c
+            for f in catalog.flags
+            if f.choices and f.name != flag.name and f.name.endswith("-" + suffix)
+            for c in f.choices
+        ]
+        if same_kind:
+            return tuple(dict.fromkeys(same_kind))
+    return ()
+
+
+def _number_problem(flag: FlagInfo, value: str) -> str | None:
+    if not _NUMBER.match(value):
+        return f"{value!r} is not a number of {flag.name}'s type ({flag.value_type})"
+    number = float(value)
+    low, high = edit_policy().ranges.get(flag.name, (-_NUMBER_LIMIT, _NUMBER_LIMIT))
+    if not low <= number <= high:
+        return f"{flag.name} {value} is outside [{low:g}, {high:g}]"
+    return None
