@@ -26,6 +26,15 @@ class CaseScore(BaseModel):
     playbook: str | None
     summary: str
     command: str
+    confidence: float = 0.0
+
+    def confident_wrong_fix(self, threshold: float) -> bool:
+        """A fix an unattended run would apply (confidence at the threshold or above) that is wrong."""
+        return self.action == "fix" and not self.solved and self.confidence >= threshold
+
+    @property
+    def stopped_where_a_fix_was_known(self) -> bool:
+        return self.expected_action == "fix" and self.action == "stop"
 
 
 def _accepted_as(catalog: FlagCatalog, written: str) -> str | None:
@@ -109,4 +118,5 @@ def score_case(
         playbook=contract.get("playbook"),
         summary=contract["summary"],
         command=contract["command"],
+        confidence=contract.get("confidence", 0.0),
     )

@@ -424,15 +424,15 @@ class LLMPlanner:
         if not proposal.edits:
             return ['action "fix" needs at least one edit; answer "stop" if no edit can help']
         problems = [p for e in proposal.edits for p in self._policy(ctx, e)]
-        original = ctx.tried[0] if ctx.tried else ctx.spec
-        problems += [
-            f"{r.edit}: {r.reason}" for r in invalid_edits(ctx.spec, proposal.edits, ctx.catalog, original)
-        ]
         if problems:
             return problems
         from specdoctor.agent.preflight import validate_edits
 
         problems = validate_edits(ctx.spec, proposal.edits, ctx.catalog, gpus=ctx.gpus, host=self.host)
+        # The gate every planner's fix crosses; its reasons follow preflight's, which name flags as SGLang does.
+        original = ctx.tried[0] if ctx.tried else ctx.spec
+        gate = invalid_edits(ctx.spec, proposal.edits, ctx.catalog, original)
+        problems += [f"{r.edit}: {r.reason}" for r in gate]
         if not problems and ctx.already_tried(proposal.edits):
             problems = [
                 "that command was already tried and failed (see list_attempts): propose another change"

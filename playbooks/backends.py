@@ -8,6 +8,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.tools.command import SetFlag
+from specdoctor.tools.system import ModelFacts
 
 # Most portable first: triton runs everywhere SGLang runs, flashinfer on every recent NVIDIA GPU.
 PREFERENCE = ("triton", "flashinfer", "fa4", "trtllm_mha", "fa3", "flashmla", "trtllm_mla", "cutlass_mla")
@@ -117,6 +118,20 @@ def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why="the error names the backend to use",
             confidence=0.8,
         )
+    in_encoder = _VISION.search(ctx.root_text) or any(
+        _VISION.search(f.path + f.function) for f in ctx.root.frames
+    )
+    text_only = ctx.model is not None and ctx.model.has_config and not _multimodal(ctx.model)
+    if text_only and not in_encoder:
+        target = _pick(ctx, "--attention-backend", ["flashinfer", "triton"])
+        return fix(
+            ctx,
+            [SetFlag(flag="--attention-backend", values=(target,))] if target else [],
+            "attention-backend",
+            "the default fa3 attention backend does not run on this GPU",
+            why=f"this model has no vision encoder, so the fa3 default is its own; {target} runs on this GPU",
+            confidence=0.7,
+        )
     blackwell = bool(re.search(r"Blackwell|sm_?10\d|SM10\d|sm_?12\d", ctx.search_text)) or bool(
         ctx.gpus and ctx.gpus.ok and any((g.compute_capability or (0, 0))[0] >= 10 for g in ctx.gpus.gpus)
     )
@@ -127,11 +142,20 @@ def fa3_not_here(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "attention-backend",
         "the vision encoder asks for FlashAttention-3, which this GPU does not run",
         why=f"--mm-attention-backend {target} gives the encoder a backend this GPU supports",
-        confidence=0.7,
+        # Without a traceback through the encoder or a model config saying it has one, this is a guess.
+        confidence=0.7 if in_encoder or (ctx.model is not None and _multimodal(ctx.model)) else 0.45,
     )
 
 
-_ONLY_ON = re.compile(r"(\w[\w ]*?) backend is only supported on ([^.]+)", re.I)
+_VISION = re.compile(r"vision|visual|\bvit\b|siglip|multimodal|mm_|image_encoder|encoder", re.I)
+
+
+def _multimodal(model: ModelFacts) -> bool:
+    names = " ".join([*model.architectures, model.model_type or ""])
+    return bool(re.search(r"ConditionalGeneration|VL|Vision|Llava|_vl\b|omni", names, re.I))
+
+
+_ONLY_ON = re.compile(r"(\w[\w ]*?) backend(?: for \w+)? is only supported on ([^.]+)", re.I)
 
 
 @playbook(
@@ -175,6 +199,13 @@ def draft_worker_backend(ctx: Context, m: re.Match[str] | None) -> Decision | No
         ctx.root_text,
     ):
         return None
+    if _OTHER_CAUSE.search(ctx.search_text):
+        return None  # the draft failed for a reason of its own (its path, its memory, its weights)
+    attention = _ATTENTION.search(ctx.root_text) or any(
+        "layers/attention" in f.path or "attn" in f.function for f in ctx.root.frames
+    )
+    if not attention and ctx.root.kind != "traceback-cut":
+        return None  # a complete traceback that does not run through attention is not this
     amd = bool(
         ctx.gpus and ctx.gpus.ok and any(re.search(r"AMD|MI\d{3}|Instinct", g.name) for g in ctx.gpus.gpus)
     )
@@ -186,5 +217,14 @@ def draft_worker_backend(ctx: Context, m: re.Match[str] | None) -> Decision | No
         "the speculative draft worker failed to build",
         why=f"the draft inherits the target's attention backend, which a draft of another architecture may not "
         f"support; {target} serves any standard attention",
-        confidence=0.5,
+        # A cut traceback says only where it failed, not why: not enough to change the command unasked.
+        confidence=0.6 if attention else 0.45,
     )
+
+
+_OTHER_CAUSE = re.compile(
+    r"out of memory|OutOfMemoryError|No such file|FileNotFoundError|OSError|Repository Not Found|"
+    r"HFValidationError|does not appear to have a file|config\.json|load_weights|weight_loader|KeyError: '[\w.]+weight",
+    re.I,
+)
+_ATTENTION = re.compile(r"attention|attn|backend|mla|kv_lora_rank|rope_head_dim|head_dim", re.I)

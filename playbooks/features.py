@@ -117,18 +117,23 @@ def not_capturable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             )
     if not re.search(r"stream is capturing|StreamCapture(?:Unsupported|Invalidated)", ctx.search_text):
         return None
-    syncing = [
+    switched_on = [
         o.name
         for o in view.spec.options()
         if not o.values and o.name.startswith("--enable-") and _SYNCING.search(o.name)
     ]
-    if not syncing:
+    # Grounds: the failing stack runs through the diagnostic's own code (its words are in the traceback).
+    stack = ctx.root_text + " " + " ".join(f.path + " " + f.function for f in ctx.root.frames)
+    named = [f for f in switched_on if _named_in(f, stack)]
+    # A stack cut short cannot show it; then the one diagnostic switched on is a suspect, not a finding.
+    suspects = named or (switched_on if len(switched_on) == 1 and "[...]" in ctx.log_text else [])
+    if not suspects:
         return None
     return fix(
         ctx,
-        [RemoveFlag(flag=f) for f in syncing],
+        [RemoveFlag(flag=f) for f in suspects],
         "cuda-graph",
-        f"an operation that is not allowed while a CUDA graph is captured ran during capture ({', '.join(syncing)})",
+        f"an operation that is not allowed while a CUDA graph is captured ran during capture ({', '.join(suspects)})",
         why="diagnostics that read results back to the host break capture; the server runs without them",
-        confidence=0.7,
+        confidence=0.7 if named else 0.45,
     )

@@ -100,7 +100,7 @@ def needing_a_person(found: Sequence[Touch], allowance: Allowance) -> list[Refus
         classed = touch.classed
         if allowance.permits(classed, touch.is_env):
             continue
-        how = f"--allow-env {classed.name}" if touch.is_env else f"--allow {classed.name}"
+        how = f"--allow-env {classed.name}" if touch.is_env else f"--allow {classed.name.removeprefix('--')}"
         refusals.append(
             Refusal(
                 edit=touch.edit,

@@ -142,18 +142,27 @@ def fp8_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 )
 def torch_compile_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """A startup crash while building the model with --enable-torch-compile: drop the experimental feature."""
-    if not ctx.view.has("--enable-torch-compile"):
+    if not ctx.view.has("--enable-torch-compile") or ctx.outcome.ready_seen:
         return None
-    category = "quantization" if ctx.view.has("--quantization") else "other"
+    compiled = _COMPILING.search(ctx.root_text) or any(_COMPILING.search(f.path) for f in ctx.root.frames)
+    building = any(re.search(r"model_runner|tp_worker|cuda_graph_runner", f.path) for f in ctx.root.frames)
+    if not (compiled or building):
+        return None
     return fix(
         ctx,
         [RemoveFlag(flag="--enable-torch-compile")],
-        category,
+        "other",
         "the model runner crashed while --enable-torch-compile was on"
-        + (f" with --quantization {ctx.view.get('--quantization')}" if category == "quantization" else ""),
+        + (" (inside torch.compile)" if compiled else ""),
         why="torch.compile is experimental in SGLang and does not support every dtype/quantization; the model serves without it",
-        confidence=0.65,
+        # Without a torch.compile frame this is the likeliest of the user's switches, not a proven cause.
+        confidence=0.7 if compiled else 0.45,
     )
+
+
+_COMPILING = re.compile(
+    r"torch/_dynamo|torch/_inductor|torch\._dynamo|torch\._inductor|BackendCompilerFailed|InductorError|compile_fx"
+)
 
 
 @playbook(
@@ -164,8 +173,30 @@ def torch_compile_crash(ctx: Context, m: re.Match[str] | None) -> Decision | Non
     scope="root",
 )
 def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A Python package SGLang needs on this path is not installed."""
+    """A Python package SGLang needs on this path is not installed. When the path is a backend the command
+    chose (its value names the importing module, `--grammar-backend llguidance` → `llguidance_backend.py`),
+    SGLang's default for that flag needs no such package."""
     name = m.group(1) if m else "?"
+    stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
+    chosen = [
+        o.name
+        for o in ctx.spec.options()
+        if len(o.values) == 1
+        and len(o.values[0]) >= 4
+        and o.values[0].lower() in (stack + " " + name.lower())
+    ]
+    if len(chosen) == 1:
+        flag = chosen[0]
+        decision = fix(
+            ctx,
+            [RemoveFlag(flag=flag)],
+            "other",
+            f"{flag} {ctx.view.get(flag)} needs the Python package `{name}`, which is not installed",
+            why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
+            confidence=0.7,
+        )
+        if decision is not None:
+            return decision
     return stop(
         ctx,
         "other",

@@ -11,6 +11,7 @@ from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import launch_gpus, visible_gpus
 from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.gpu_parse import processes_in_text
 
 MAX_FRACTION = 0.95
 """Above this nothing is left for activations and CUDA graphs."""
@@ -221,24 +222,32 @@ def request_slots(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
-_HOLDER = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s*MiB\s*$", re.M)
+_LISTING = r"^\|\s*Processes:|^\s*GPU\s+(?:GI\s+CI\s+)?PID\s+"
+_BIG_MIB = 1024
 
 
-@playbook(
-    id="sglang.memory.stale-holders", category="stale-gpu-process", pattern=_HOLDER.pattern, priority=30
-)
+@playbook(id="sglang.memory.stale-holders", category="stale-gpu-process", pattern=_LISTING, priority=30)
 def stale_holders(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The log shows processes already holding most of the GPUs' memory (an nvidia-smi listing)."""
-    big = [row for row in _HOLDER.finditer(ctx.search_text) if int(row[4]) >= 1024]
+    """The log shows an nvidia-smi process listing with compute processes holding GPU memory."""
+    big = [
+        p
+        for p in processes_in_text(ctx.search_text)
+        if (p.used_memory_mib or 0) >= _BIG_MIB and p.kind != "G"
+    ]
     if not big:
         return None
-    names = ", ".join(f"{row[2]} ({row[3]}, {row[4]} MiB on GPU {row[1]})" for row in big[:4])
+    names = ", ".join(
+        f"{p.pid} ({p.process_name}, {p.used_memory_mib} MiB on GPU {p.gpu_index})" for p in big[:4]
+    )
+    evidence = tuple(
+        line.strip() for line in ctx.search_text.splitlines() if any(str(p.pid) in line for p in big[:4])
+    )[:4]
     return stop(
         ctx,
         "stale-gpu-process",
         f"other processes hold the GPUs' memory: {names}",
         "Stop them (often a previous server's orphaned scheduler processes; `deploy --allow-kill` can do it), or "
         "use other GPUs with CUDA_VISIBLE_DEVICES.",
-        evidence=tuple(row[0].strip() for row in big[:4]),
+        evidence=evidence,
         confidence=0.75,
     )

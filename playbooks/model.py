@@ -153,6 +153,7 @@ def model_required(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+_RESERVED_TOKENS = 16
 _TOO_LONG = re.compile(
     r"(?i)(?:input|prompt|request)[^\n]*?(?:longer than|exceeds)[^\n]*?(?:context length|allowed length|max context)[^\n]*?\((\d+)(?: tokens)?\)",
 )
@@ -183,11 +184,16 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             confidence=0.8,
         )
     asked = ctx.view.int("--context-length")
-    if asked and allowed * 4 < asked:
+    # SGLang caps a request at min(context length, KV pool size) less a few reserved tokens: a cap well under
+    # the --context-length the user set can only come from the pool.
+    pool = re.search(r"max_total_num_tokens=(\d+)", ctx.search_text)
+    if asked and allowed < asked - _RESERVED_TOKENS:
+        held = f" (the pool: max_total_num_tokens={pool.group(1)})" if pool else ""
         return stop(
             ctx,
             "oom",
-            f"the KV cache holds only {allowed} tokens although --context-length is {asked}: the pool came out far too small",
+            f"the KV cache holds only {allowed} tokens although --context-length is {asked}{held}: the pool came "
+            "out too small for the context asked",
             "Give the KV cache more memory (a higher --mem-fraction-static if the GPU has room, more GPUs), "
             "or find out what held memory when SGLang measured it.",
             confidence=0.6,

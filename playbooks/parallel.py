@@ -134,28 +134,27 @@ def too_many_ranks(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 @playbook(id="sglang.parallel.warmup-hang", category="nccl", when=("hung",), priority=40)
 def warmup_hang(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """Several GPUs, and the first batch never finishes: custom all-reduce (CUDA IPC between the GPUs) is
-    the usual culprit, and NCCL the safe replacement."""
+    """Several GPUs, and the first forward pass never finishes: the first all-reduce between the ranks
+    never completes. Custom all-reduce (CUDA IPC between the GPUs) is the usual culprit, NCCL the safe
+    replacement."""
     view = ctx.view
     if view.world < 2 or view.has("--disable-custom-all-reduce") or ctx.outcome.fatal_line:
         return None
-    late = ctx.outcome.stage in (None, "http", "warmup", "ready", "scheduler") or re.search(
-        r"Prefill batch|POST /generate", ctx.search_text
-    )
-    if not late:
+    # Grounds: the last thing the engine did was start its first batch, and no batch ever finished.
+    progress = [ln for ln in ctx.log_text.splitlines() if re.search(r"Prefill batch|Decode batch", ln)]
+    if not progress or "Decode batch" in progress[-1] or len(progress) > 2:
         return None
     return use_nccl_allreduce(
         ctx,
-        "the server hangs on its first batch with tensor parallelism: a collective never completes",
-        evidence=ctx.evidence(r"Prefill batch|Decode batch"),
-        confidence=0.65,
+        "the server hangs in its first forward pass with tensor parallelism: a collective never completes",
+        evidence=(progress[-1].strip(),),
+        confidence=0.6,
     )
 
 
 @playbook(id="sglang.parallel.odd-tp", category="tp-config", priority=78)
 def odd_tp(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The model failed while being built across a TP size that is not a power of two: its head and layer
-    counts (vision towers too) are powers of two, so the shards do not divide."""
+    """The model failed while being built across a TP size that does not divide its heads."""
     tp = ctx.view.tp
     if tp <= 2 or tp & (tp - 1) == 0 or ctx.root.kind not in ("exception", "traceback-cut"):
         return None
@@ -163,15 +162,24 @@ def odd_tp(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         re.search(r"/models/|__init__|divisible|heads", f.path + f.function) for f in ctx.root.frames
     ) and not re.search(r"divisible|heads", ctx.root_text):
         return None
+    heads = ctx.model.num_attention_heads if ctx.model else None
+    if heads is not None and heads % tp == 0 and not re.search(r"vision|visual", ctx.root_text, re.I):
+        return None  # the text model divides: whatever failed, it is not this
     up = 1 << (tp - 1).bit_length()
     visible = visible_gpus(ctx.view, ctx.gpus)
     target = up if visible is None or up <= visible else 1 << (tp.bit_length() - 1)
+    known = (
+        f"its {heads} attention heads"
+        if heads is not None
+        else "its head counts (not read: no config.json here)"
+    )
     return fix(
         ctx,
         [SetFlag(flag="--tp-size", values=(str(target),))],
         "tp-config",
-        f"the model could not be split over --tp-size {tp}, which does not divide its power-of-two head counts",
-        why=f"--tp-size {target} divides them"
+        f"the model could not be built over --tp-size {tp}, which does not divide {known}",
+        why=f"--tp-size {target} is a power of two, as head counts (vision towers too) almost always are"
         + ("; it needs that many GPUs" if target > tp else "; the model must still fit"),
-        confidence=0.55,
+        # Unread head counts make this an educated guess, not something to apply unasked.
+        confidence=0.55 if heads is not None else 0.45,
     )

@@ -273,6 +273,8 @@ def with_disaggregation(ctx: Context, m: re.Match[str] | None) -> Decision | Non
     view = ctx.view
     if view.algorithm is None or view.get("--disaggregation-mode") != "decode":
         return None
+    if view.algorithm in view.facts.speculative.pd_decode_algorithms:
+        return None  # the PD hand-over carries this algorithm's draft state: a crash here is something else
     if not re.search(r"spec_info|NoneType", ctx.root.error_line or "") or not re.search(
         r"speculative|spec_", ctx.root_text
     ):

@@ -4,9 +4,12 @@ process of ours behind."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.procs import TEST_TOKEN
 
 DATA = Path(__file__).parent / "data"
 
@@ -17,6 +20,12 @@ def sglang_env():
     from tests.sglang_env import ensure_env
 
     return ensure_env()
+
+
+@pytest.fixture(autouse=True)
+def _test_token(monkeypatch):
+    """Marks every process this test starts (see tests/procs.py)."""
+    monkeypatch.setenv(TEST_TOKEN, uuid.uuid4().hex)
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+TEST_TOKEN = "TEST_RUN_TOKEN"
+"""Set to a fresh value for each test (conftest); every process the test starts inherits it, so a
+leftover check counts only this test's processes, not another checkout's or a user's demo."""
 
-def live_processes(match: Callable[[bytes, bytes], bool]) -> list[int]:
-    """Pids of live (non-zombie) processes, other than this one, whose (environ, cmdline) match."""
+
+def live_processes(match: Callable[[bytes, bytes], bool], this_test_only: bool = True) -> list[int]:
+    """Pids of live (non-zombie) processes, other than this one, whose (environ, cmdline) match (and that
+    this test started, unless `this_test_only` is off)."""
+    token = f"{TEST_TOKEN}={os.environ.get(TEST_TOKEN, '')}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -19,6 +25,7 @@ def live_processes(match: Callable[[bytes, bytes], bool]) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state not in ("Z", "X") and match(environ, cmdline):
+        mine = not this_test_only or token in environ.split(b"\0")
+        if state not in ("Z", "X") and mine and match(environ, cmdline):
             found.append(int(entry.name))
     return found

@@ -22,6 +22,7 @@ from specdoctor.agent.policy import Backoff, Budget, LoopSettings
 from specdoctor.agent.watch import StageDeadlines, WatchSettings
 from specdoctor.tools.catalog_load import bundled
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.edit_policy import Allowance
 from specdoctor.tools.reaper import MARKER_VARIABLE
 from specdoctor.tools.system import find_free_port
 from tests.procs import live_processes
@@ -73,7 +74,9 @@ def run_loop(command: str, tmp_path: Path, profile: str = "h200x8", **settings) 
         bundled(),
         SimulatedLauncher(profile, speed=SPEED),
         default_planner(),
-        PolicyApprover(0.5),
+        # Other test runs on this machine may take a port between our check and our bind: moving --port is
+        # allowed here (the policy that pins it is tested in test_trust_boundary).
+        PolicyApprover(0.5, Allowance(flags=frozenset({"--port"}))),
         EventBus([sink]),
         LoopSettings(**{**base, **settings}),
     )
@@ -187,6 +190,8 @@ def test_sigint_to_deploy_stops_the_tree_and_writes_the_report(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            "--allow",
+            "port",
             "--simulate",
             "h200x8",
             "--sim-speed",
@@ -226,6 +231,8 @@ def test_detach_leaves_the_server_running(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            "--allow",
+            "port",
             "--detach",
             "--simulate",
             "h200x8",
@@ -330,6 +337,8 @@ def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            "--allow",
+            "port",
             "--simulate",
             "h200x8",
             "--sim-speed",

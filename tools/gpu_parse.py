@@ -485,3 +485,33 @@ def parse_table(text: str) -> GpuReport:
         cuda_version=cuda.group(1) if cuda else None,
         source="nvidia-smi-table",
     )
+
+
+# nvidia-smi's table row: `|    0   N/A  N/A     1696      G   /usr/bin/gnome-shell      176MiB |`
+_TABLE_ROW = re.compile(
+    r"^\|\s*(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<kind>C\+G|[CGM])\s+(?P<name>\S.*?)\s+(?P<mib>\d+)\s*MiB\s*\|\s*$",
+    re.M,
+)
+# The same listing as people paste it without the frame: `  0  2505781  sglang::scheduler  100998 MiB`.
+_BARE_ROW = re.compile(
+    r"^\s*(?P<gpu>\d+)\s+(?P<pid>\d{2,})\s+(?:(?P<kind>C\+G|[CGM])\s+)?(?P<name>\S+)\s+(?P<mib>\d+)\s*MiB\s*$",
+    re.M,
+)
+
+
+def processes_in_text(text: str) -> list[GpuProcess]:
+    """GPU processes listed in pasted text: nvidia-smi's table rows, or the same columns without the frame."""
+    for pattern in (_TABLE_ROW, _BARE_ROW):
+        rows = [
+            GpuProcess(
+                gpu_index=int(m["gpu"]),
+                pid=int(m["pid"]),
+                process_name=m["name"].strip(),
+                used_memory_mib=int(m["mib"]),
+                kind=m["kind"],
+            )
+            for m in pattern.finditer(text)
+        ]
+        if rows:
+            return rows
+    return []

@@ -36,6 +36,9 @@ class SpeculativeFacts(BaseModel):
     )
     chain_only_backends: tuple[str, ...] = Field(description="Backends that verify only topk = 1 drafts.")
     no_dp_attention: tuple[str, ...] = Field(description="Algorithms SGLang refuses with DP attention.")
+    pd_decode_algorithms: tuple[str, ...] = Field(
+        description="Algorithms whose draft state the prefill→decode hand-over of PD disaggregation carries."
+    )
 
 
 class Acceptance(BaseModel):
@@ -116,6 +119,7 @@ RELEASES: dict[str, EngineFacts] = {
             tree_paged_backends=("flashinfer", "fa3", "triton"),
             chain_only_backends=("trtllm_mha",),
             no_dp_attention=("NGRAM", "STANDALONE"),
+            pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
         ),
         acceptance=Acceptance(working={"NGRAM": 1.1}),
     ),

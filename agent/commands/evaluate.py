@@ -69,11 +69,20 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(s.solved for s in scores) else 1
 
 
+UNATTENDED_THRESHOLD = 0.5
+"""`deploy`'s default --min-confidence: a wrong fix at or above it would be applied unasked."""
+
+
 def totals(scores) -> dict:
     fixes = [s for s in scores if s.expected_action == "fix"]
     stops = [s for s in scores if s.expected_action == "stop"]
+    right = sum(s.solved for s in scores)
     return {
         "cases": len(scores),
+        "first_decision_right": right,
+        "first_decision_right_pct": round(100 * right / len(scores), 1),
+        "confident_wrong_fixes": sum(s.confident_wrong_fix(UNATTENDED_THRESHOLD) for s in scores),
+        "stops_where_a_fix_was_known": sum(s.stopped_where_a_fix_was_known for s in scores),
         "fix_cases": len(fixes),
         "fixes_solved": sum(s.solved for s in fixes),
         "stop_cases": len(stops),
@@ -104,6 +113,12 @@ def show(scores) -> None:
     out.line(
         f"fix cases solved {t['fixes_solved']}/{t['fix_cases']} ({t['fix_solved_pct']}%) · stop cases stopped "
         f"{t['stopped_correctly']}/{t['stop_cases']} · category right {t['category_right']}/{t['cases']} ({t['category_right_pct']}%)",
+        "bold",
+    )
+    out.line(
+        f"first decision right {t['first_decision_right']}/{t['cases']} ({t['first_decision_right_pct']}%) · "
+        f"confident wrong fixes {t['confident_wrong_fixes']} (confidence ≥ {UNATTENDED_THRESHOLD}) · "
+        f"stops where a fix was known {t['stops_where_a_fix_was_known']}",
         "bold",
     )
     for s in scores:

@@ -96,7 +96,7 @@ def fraction(text: str) -> float:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("budget and policy")
+    g = p.add_argument_group("budget")
     g.add_argument(
         "--max-launches",
         type=positive(int),
@@ -118,6 +118,19 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         metavar="M",
         help="GPU-minutes budget (default: none)",
     )
+    _add_policy_options(p)
+    g = p.add_argument_group("files")
+    g.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where logs, transcript and report go (default ~/.local/state/specdoctor/runs/<time>)",
+    )
+    g.add_argument("--report", metavar="FILE", help="also write the JSON report here")
+    _add_simulation_options(p)
+
+
+def _add_policy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what changes may be made unasked")
     g.add_argument(
         "--min-confidence",
         type=fraction,
@@ -130,7 +143,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FLAG",
-        help="also let unattended changes touch FLAG, beyond tuning flags (e.g. --allow --port); repeatable",
+        help="also let unattended changes touch FLAG (written without its dashes), beyond tuning flags: `--allow port` lets deploy move --port; repeatable",
     )
     g.add_argument(
         "--allow-env",
@@ -144,12 +157,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="may stop other processes that hold the GPUs this launch needs",
     )
-    g.add_argument(
-        "--run-dir",
-        metavar="DIR",
-        help="where logs, transcript and report go (default ~/.local/state/specdoctor/runs/<time>)",
-    )
-    g.add_argument("--report", metavar="FILE", help="also write the JSON report here")
+
+
+def _add_simulation_options(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("simulated node (no GPU needed)")
     s.add_argument(
         "--simulate",
