@@ -9,7 +9,7 @@ FINDINGS = 1
 USAGE = 2
 """Bad input: a malformed command, an unreadable file, an unknown option."""
 STOPPED = 3
-"""deploy/fix: stopped because no flag change can help (the report says why)."""
+"""deploy/fix: stopped because no flag change can help (the report says why). diagnose: the decision is a stop."""
 BUDGET = 4
 """deploy/fix: the launch or time budget ran out before the server was healthy."""
 INTERNAL = 70
@@ -18,10 +18,10 @@ INTERRUPTED = 130
 """Ctrl-C or SIGTERM: the engine tree was stopped and the transcript closed."""
 
 EPILOG = """exit codes:
-  0    check: clean · deploy/fix: healthy · replay: all decisions match
-  1    check: findings · replay: a decision diverged
+  0    check: clean · deploy/fix: healthy · diagnose: a fix · replay: all decisions match
+  1    check: findings · replay: a decision diverged · eval: a case not solved
   2    usage error (bad command, unreadable file, bad option)
-  3    deploy/fix: stopped, no flag change can help
+  3    deploy/fix: stopped, no flag change can help · diagnose: a stop
   4    deploy/fix: budget exhausted (launches or time)
   70   internal error in specdoctor (SPECDOCTOR_DEBUG=1 shows the traceback)
   130  interrupted (the engine was stopped, the transcript closed)

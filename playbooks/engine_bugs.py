@@ -69,6 +69,9 @@ def illegal_access(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def static_faults(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """No playbook knows this failure, but the command has faults preflight can fix: fix those first."""
     fixable = [f for f in ctx.findings if f.severity == "error" and f.edits]
+    if _past_argparse(ctx):
+        # The SGLang that ran took every flag: one this catalog calls unknown belongs to another release.
+        fixable = [f for f in fixable if f.category != "flag-name"]
     if not fixable:
         return None
     lead = fixable[0]
@@ -80,6 +83,15 @@ def static_faults(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why=" ".join(f.why for f in fixable if f.why),
         confidence=min(0.7, lead.confidence),
     )
+
+
+def _past_argparse(ctx: Context) -> bool:
+    """The engine got beyond parsing its arguments: it printed its server args or died in its own code."""
+    if ctx.outcome.parse_error:
+        return False
+    if ctx.outcome.stage not in (None, "launch") or "server_args=" in ctx.search_text:
+        return True
+    return any("/srt/" in f.path and "server_args" not in f.path for f in ctx.root.frames)
 
 
 @playbook(id="sglang.engine.internal-crash", category="engine-bug", when=("exited", "unhealthy"), priority=90)

@@ -31,12 +31,46 @@ from specdoctor.tools.similarity import only_version_differs
 def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     """Every flag-level fault of `spec` for this catalog's engine version, each with its fix if known."""
     findings: list[Finding] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
     for opt in spec.options():
+        # One finding per spelling and value: 3,000 copies of a flag are one fault, not 3,000.
+        if (opt.name, opt.values) in seen:
+            continue
+        seen.add((opt.name, opt.values))
         resolution = catalog.resolve(opt.name)
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
             findings.extend(_value_findings(opt, resolution.flag, spec))
+    findings.extend(_duplicates(spec, catalog))
     findings.extend(_positional_findings(spec, catalog))
+    return findings
+
+
+def _duplicates(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
+    """A flag given more than once: argparse keeps the last value without a word, which is rarely meant."""
+    groups: dict[str, list[Option]] = {}
+    for opt in spec.options():
+        resolution = catalog.resolve(opt.name)
+        if resolution.flag is not None and resolution.accepted_by_engine and resolution.flag.nargs != 0:
+            groups.setdefault(resolution.flag.name, []).append(opt)
+    findings = []
+    for flag, opts in groups.items():
+        values = [" ".join(o.values) for o in opts]
+        if len(opts) < 2 or len(set(values)) < 2:
+            continue
+        last = opts[-1]
+        findings.append(
+            Finding(
+                code="duplicate-flag",
+                severity="warning",
+                category="flag-name",
+                flag=flag,
+                message=f"{flag} is given {len(opts)} times ({', '.join(dict.fromkeys(values))}); SGLang uses the "
+                f"last one: {values[-1]}",
+                edits=(RemoveFlag(flag=flag), SetFlag(flag=flag, values=last.values)),
+                why="one occurrence, with the value SGLang would use, says what the command means",
+            )
+        )
     return findings
 
 

@@ -34,11 +34,10 @@ def specdoctor(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("case", corpus_cases(), ids=[c["id"] for c in corpus_cases()])
 def test_case_json_is_exactly_the_contract(case):
     proc = specdoctor("diagnose", "--case", str(DATA / "corpus" / f"{case['id']}.json"), "--json", "--no-llm")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == (3 if case["action"] == "stop" else 0), proc.stderr  # a script tells them apart
     data = json.loads(proc.stdout)
     assert list(data) == CONTRACT_KEYS
-    assert data["action"] == case["action"]
-    assert data["category"] == case["category"]
+    assert data["action"] == case["action"]  # categories are scored in eval (tests/test_corpus_scores.py)
     assert isinstance(data["evidence"], list) and data["evidence"]
     assert 0 <= data["confidence"] <= 1
 
@@ -75,7 +74,8 @@ def test_human_output_shows_the_diff():
         ),
         (["diagnose", "--log", "x.log"], "give the command"),
         (["diagnose", "--case", "/nonexistent.json"], "cannot read case"),
-        (["eval", "/nonexistent-dir"], "no crash cases"),
+        (["eval", "/nonexistent-dir"], "is not a folder"),
+        (["eval", str(DATA / "signature-logs")], "no crash cases"),
     ],
 )
 def test_bad_input(args, says):

@@ -306,3 +306,15 @@ def test_vllm_method_maps_to_sglang_algorithm(models):
         [*ENTRY.split(), "--model-path", models["target"], "--speculative-config", config]
     )
     assert preflight(spec, CAT).corrected.value("--speculative-algorithm") == "NEXTN"
+
+
+def test_a_flag_given_twice_is_a_warning_naming_the_value_sglang_uses():
+    report = run(f"{ENTRY} --model-path org/m --tp-size 2 --tp-size 4", host=False)
+    [dup] = [f for f in report.findings if f.code == "duplicate-flag"]
+    assert dup.severity == "warning" and "SGLang uses the last one: 4" in dup.message
+    assert report.corrected.shell().endswith("--model-path org/m --tp-size 4")
+
+
+def test_thousands_of_copies_of_one_bad_flag_are_one_finding():
+    report = run(f"{ENTRY} --model-path org/m " + "--num-speculative-tokens 3 " * 3000, host=False)
+    assert [f.code for f in report.findings if f.flag == "--num-speculative-tokens"] == ["foreign-flag"]

@@ -16,7 +16,7 @@ from specdoctor.tools.gpu import GpuReport
 
 
 def read_spec(args: argparse.Namespace) -> LaunchCommand:
-    return LaunchCommand.parse(command_words(args.command))
+    return LaunchCommand.parse(command_words(args.command, getattr(args, "verb", None) or "check"))
 
 
 def choose_catalog(spec: LaunchCommand, args: argparse.Namespace, launching: bool = False) -> CatalogChoice:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from specdoctor.agent import exitcodes
 from specdoctor.agent.commands.options import (
     add_catalog_options,
     add_command_argument,
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(contract, indent=2))
     else:
         show(contract, ctx, choice.note, planned.planner)
-    return 0
+    # Scripts tell a fix from a stop without --json: 0 a fix (or a retry), 3 no flag change can help.
+    return exitcodes.STOPPED if contract["action"] == "stop" else exitcodes.OK
 
 
 def _outcome(log: str, exit_kind: str | None):

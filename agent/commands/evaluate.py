@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from specdoctor.tools.errors import UsageError
 
     folder = Path(args.cases)
-    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder: give the folder that holds the crash cases (*.json)")
+    paths = sorted(folder.glob("*.json"))
     if not paths:
         raise UsageError(f"no crash cases (*.json) in {folder}")
     catalog = bundled("0.5.23")

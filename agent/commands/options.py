@@ -40,14 +40,14 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nvidia-smi", metavar="FILE", help="read a saved `nvidia-smi` output instead")
 
 
-def command_words(words: Sequence[str]) -> list[str] | str:
+def command_words(words: Sequence[str], verb: str = "check") -> list[str] | str:
     """The launch command from argparse's remainder: argv words, or one shell line to split."""
     words = list(words)
     if words and words[0] == "--":
         words = words[1:]
     if not words:
         raise UsageError(
-            "no launch command: put it after `--`, e.g. `specdoctor check -- python -m sglang.launch_server ...`"
+            f"no launch command: put it after `--`, e.g. `specdoctor {verb} -- python -m sglang.launch_server ...`"
         )
     if len(words) == 1 and any(c.isspace() for c in words[0]):
         return words[0]

@@ -1,0 +1,62 @@
+"""Every real case of every corpus is scored, none left out, none pinned to an answer: the first decision
+must stay at least as right as it was measured, and confident wrong fixes no more frequent.
+
+The floors are the measured figures (docs/NOTES.md); raise them when the rules get better, never lower
+them to make a change pass. `corpus-fresh/` was frozen before the diagnosis work it measures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdoctor.agent.commands.evaluate import UNATTENDED_THRESHOLD
+from specdoctor.agent.diagnose import (
+    as_contract,
+    context_for,
+    decide,
+    gpus_from_case,
+    outcome_from_log,
+    read_case,
+)
+from specdoctor.agent.evaluate import score_case
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
+
+DATA = Path(__file__).parent / "data"
+CAT = bundled("0.5.23")
+FLOORS = {
+    # corpus: (first decisions right at least, confident wrong fixes at most)
+    "corpus": (17, 0),
+    "corpus-extra": (29, 1),
+    "corpus-blind": (7, 1),
+    "corpus-fresh": (12, 2),
+}
+
+
+def _score(path: Path):
+    case = read_case(path)
+    lines = case.log.splitlines()
+    ctx = context_for(
+        LaunchCommand.parse(case.command),
+        CAT,
+        lines,
+        gpus=gpus_from_case(case.gpus),
+        outcome=outcome_from_log(lines, case.exit_kind),
+    )
+    return score_case(case.model_dump(), as_contract(decide(ctx), ctx), CAT)
+
+
+@pytest.mark.parametrize("corpus", sorted(FLOORS))
+def test_every_case_is_scored_and_nothing_regresses(corpus: str) -> None:
+    paths = sorted((DATA / corpus).glob("*.json"))
+    assert paths, corpus
+    scores = [_score(p) for p in paths]
+    right = sum(s.solved for s in scores)
+    wrong = sum(s.confident_wrong_fix(UNATTENDED_THRESHOLD) for s in scores)
+    least_right, most_wrong = FLOORS[corpus]
+    failed = [s.id for s in scores if not s.solved]
+    assert right >= least_right, (
+        f"{corpus}: {right}/{len(scores)} right (floor {least_right}); wrong: {failed}"
+    )
+    assert wrong <= most_wrong, f"{corpus}: {wrong} confident wrong fixes (at most {most_wrong})"
