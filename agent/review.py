@@ -87,7 +87,7 @@ class Reviewer:
         )
         note = ""
         while True:
-            found = touches(decision.edits, self.catalog)
+            found = touches(decision.edits, self.catalog, command)
             review = self.approver.review(command, decision, proposed, attempt, note=note, touches=found)
             if not review.ask_llm:
                 checked = self._check_edit(review, proposed)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from specdoctor.playbooks.spec_checks import builtin_algorithms
+from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import (
     Edit,
@@ -77,9 +78,22 @@ class Touch(BaseModel):
     is_env: bool = False
 
 
-def touches(edits: Sequence[Edit], catalog: FlagCatalog) -> list[Touch]:
-    """Every flag or variable the edits touch, classed (a rename touches both names)."""
+_PARALLEL = (
+    "--tp-size",
+    "--pp-size",
+    "--dp-size",
+    "--ep-size",
+    "--attn-dp-size",
+    "--attn-cp-size",
+    "--moe-dp-size",
+)
+
+
+def touches(edits: Sequence[Edit], catalog: FlagCatalog, command: LaunchCommand | None = None) -> list[Touch]:
+    """Every flag or variable the edits touch, classed (a rename touches both names). In a multi-node
+    `command` the parallel sizes are its topology, set on every node: never changed unasked."""
     policy = edit_policy()
+    multi_node = command is not None and CommandView(command, catalog).nnodes > 1
     found: list[Touch] = []
     for edit in edits:
         if isinstance(edit, SetEnv | UnsetEnv):
@@ -89,6 +103,10 @@ def touches(edits: Sequence[Edit], catalog: FlagCatalog) -> list[Touch]:
         for name in names:
             resolved = catalog.resolve(name)
             classed = policy.flag(resolved.flag.name if resolved.flag else name)
+            if multi_node and classed.name in _PARALLEL:
+                classed = Classed(
+                    name=classed.name, edit_class="identity", rule="a parallel size of a multi-node launch"
+                )
             found.append(Touch(edit=_describe(edit), classed=classed))
     return found
 

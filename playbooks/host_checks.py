@@ -119,6 +119,11 @@ def check_parallel(view: CommandView, model: ModelFacts | None, gpus: GpuReport 
     found: list[Finding] = []
     heads = model.num_attention_heads if model else None
     visible = visible_gpus(view, gpus)
+    found += check_nodes(view)
+    if view.nnodes > 1:
+        if visible is not None and view.gpus_per_node > visible:
+            found.append(_node_too_small(view, visible, gpus))
+        return found  # a multi-node layout is the user's to change, never preflight's
     if visible is not None and view.world > visible:
         best = largest_tp(visible // pp, heads)
         found.append(
@@ -150,6 +155,39 @@ def check_parallel(view: CommandView, model: ModelFacts | None, gpus: GpuReport 
             )
         )
     return found
+
+
+def check_nodes(view: CommandView) -> list[Finding]:
+    """A multi-node launch names its rendezvous and its rank on every node, and splits its ranks evenly."""
+    if view.nnodes == 1:
+        return []
+    problems = []
+    if not view.get("--dist-init-addr"):
+        problems.append("--dist-init-addr is missing (every node must name the same rendezvous host:port)")
+    rank = view.int("--node-rank")
+    if rank is None or not 0 <= rank < view.nnodes:
+        problems.append(
+            f"--node-rank must be 0 … {view.nnodes - 1} on each node (got {view.get('--node-rank')})"
+        )
+    if view.world % view.nnodes:
+        problems.append(
+            f"--tp-size {view.tp} × --pp-size {view.pp} does not split evenly over --nnodes {view.nnodes}"
+        )
+    return [
+        Finding(code="multi-node", severity="error", category="tp-config", message=f"multi-node launch: {p}")
+        for p in problems
+    ]
+
+
+def _node_too_small(view: CommandView, visible: int, gpus: GpuReport | None) -> Finding:
+    return Finding(
+        code="node-too-small",
+        severity="error",
+        category="tp-config",
+        message=f"--tp-size {view.tp} × --pp-size {view.pp} over --nnodes {view.nnodes} needs "
+        f"{view.gpus_per_node} GPUs per node; this node sees {visible}",
+        evidence=(gpus.summary(),) if gpus else (),
+    )
 
 
 def largest_tp(limit: int, heads: int | None) -> int | None:

@@ -86,5 +86,14 @@ class CommandView:
         return self.tp * self.pp
 
     @property
+    def nnodes(self) -> int:
+        return max(self.int("--nnodes") or 1, 1)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs each node of a (possibly multi-node) launch needs: the replica's ranks spread over the nodes."""
+        return -(-self.world // self.nnodes)
+
+    @property
     def attention_dp(self) -> bool:
         return self.has("--enable-dp-attention") or (self.int("--attn-dp-size") or 1) > 1

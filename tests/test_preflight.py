@@ -318,3 +318,27 @@ def test_a_flag_given_twice_is_a_warning_naming_the_value_sglang_uses():
 def test_thousands_of_copies_of_one_bad_flag_are_one_finding():
     report = run(f"{ENTRY} --model-path org/m " + "--num-speculative-tokens 3 " * 3000, host=False)
     assert [f.code for f in report.findings if f.flag == "--num-speculative-tokens"] == ["foreign-flag"]
+
+
+def test_a_multi_node_command_is_checked_per_node_and_never_rewritten():
+    gpus = parse_gpus_description("8x H200")
+    two_nodes = (
+        f"{ENTRY} --model-path org/m --tp-size 16 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:5000"
+    )
+    report = run(two_nodes, host=False)
+    assert report.clean and report.corrected == report.original
+    assert (
+        preflight(LaunchCommand.parse(two_nodes), CAT, gpus=gpus, facts=None, host=True).corrected.value(
+            "--tp-size"
+        )
+        == "16"
+    )
+    broken = run(f"{ENTRY} --model-path org/m --tp-size 16 --nnodes 2", gpus=gpus)
+    messages = [f.message for f in broken.findings if f.code == "multi-node"]
+    assert any("--dist-init-addr is missing" in m for m in messages) and any(
+        "--node-rank" in m for m in messages
+    )
+    small = run(
+        f"{ENTRY} --model-path org/m --tp-size 32 --nnodes 2 --node-rank 0 --dist-init-addr h:1", gpus=gpus
+    )
+    assert [f.code for f in small.findings if f.severity == "error"] == ["node-too-small"]

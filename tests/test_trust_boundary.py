@@ -21,6 +21,7 @@ from specdoctor.agent.review import Reviewer
 from specdoctor.playbooks.decision import Fix
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.tools.catalog_load import bundled, bundled_versions
+from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.edit_policy import Allowance, edit_policy
 from specdoctor.tools.gpu import parse_gpus_description
 from specdoctor.tools.outcome import Outcome
@@ -386,3 +387,20 @@ def test_a_live_catalog_read_drops_the_commands_environment(tmp_path) -> None:
     seen = marker.read_text()
     assert "LD_PRELOAD" not in seen and "PYTHONPATH" not in seen
     assert choice.catalog.version == "0.5.23" and "bundled" in choice.note
+
+
+def test_a_multi_node_launch_never_gets_its_parallel_sizes_changed_unasked() -> None:
+    command = LaunchCommand.parse(
+        "python -m sglang.launch_server --model-path org/m --tp-size 16 --nnodes 2 --node-rank 0 "
+        "--dist-init-addr 10.0.0.1:5000"
+    )
+    fix = Fix(
+        category="oom",
+        summary="weights do not fit",
+        edits=({"op": "set", "flag": "--tp-size", "values": ["8"]},),
+    )
+    reviewer = Reviewer(PolicyApprover(0.5), CAT, EventBus([]), None, lambda *a: None)
+    with pytest.raises(Stopped, match="a parallel size of a multi-node launch"):
+        reviewer.next_command(command, fix, 1, [command])
+    single = LaunchCommand.parse("python -m sglang.launch_server --model-path org/m --tp-size 16")
+    assert reviewer.next_command(single, fix, 1, [single]).value("--tp-size") == "8"
