@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from specdoctor.agent.redact import (
+from specdoctor.tools.redact import (
     MASK,
     is_secret_env,
     is_secret_flag,
