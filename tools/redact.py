@@ -33,9 +33,11 @@ SECRET_FLAGS = (
     "--ssl-keyfile-password",
 )
 _learned: set[str] = set()
+_plain: set[str] = set()
+"""Flags a catalog knows whose help says nothing of a secret (`--ssl-keyfile`, `--bucket-time-to-first-token`)."""
 _SECRET_FLAG = re.compile(
-    r"(?i)^--(?:[a-z0-9]+[-_])*(?:api[-_]?key|(?:access|secret|private)[-_]key|token|secret|password|passwd"
-    r"|passphrase|credentials?|cookie)$"
+    r"(?i)^--(?:[a-z0-9]+[-_])*(?:api[-_]?key|(?:access|secret|private)[-_]key|(?<!per-)(?<!first-)token"
+    r"|secret|password|passwd|passphrase|credentials?|cookie)$"
 )
 _SECRET_HELP = re.compile(
     r"(?i)\b(?:api[ -]?key|password|passphrase|secret|credentials?|(?:access|auth|bearer|api|hf) token)s?\b"
@@ -110,8 +112,11 @@ def is_secret_env(name: str, value: str | None = None) -> bool:
 
 
 def learn_secret_flags(flags: Iterable[FlagInfo]) -> None:
-    """Remember the flags an engine's own --help describes as taking a key or password."""
-    _learned.update(f.name for f in flags if f.nargs != 0 and help_says_secret(f.help))
+    """Remember the flags an engine's own --help describes as taking a key or password, and those it
+    describes as anything else."""
+    for f in flags:
+        secret = f.nargs != 0 and help_says_secret(f.help)
+        (_learned if secret else _plain).update(f.spellings)
 
 
 def help_says_secret(help_text: str) -> bool:
@@ -122,9 +127,11 @@ def is_secret_flag(name: str) -> bool:
     """A flag that carries a secret: a known one, one named like one, or an abbreviation of a known one."""
     name = name.split("=", 1)[0]
     known = (*SECRET_FLAGS, *_learned)
-    if name in known or _SECRET_FLAG.match(name):
+    if name in known:
         return True
-    return len(name) >= 5 and any(f.startswith(name) for f in known)
+    if name in _plain:
+        return False  # the engine's own help says what it is; argparse takes an exact name as itself
+    return bool(_SECRET_FLAG.match(name)) or (len(name) >= 5 and any(f.startswith(name) for f in known))
 
 
 # ---- values that look like secrets whatever their name ---------------------------------------------
@@ -181,10 +188,10 @@ _AUTH_SCHEME = re.compile(
 _SCHEMES = {"bearer", "basic", "token", "digest"}
 _URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^/\s:@'\"]+:[^/\s@'\"]+@")
 _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie)(\s*:\s*)[^\r\n'\"]+")
-_ASSIGN = re.compile(
-    r"(?<![\w\-.])(['\"]?)([A-Za-z_][\w.\-]*)\1(\s*[=:]\s*)"
-    r"(?:'([^'\n]*)'|\"([^\"\n]*)\"|([^\s,;'\"&)}\]]+))"
-)
+# `name = value`, `name: value`, `'name': 'value'`: only the name and separator are matched, so a value
+# that is not masked is scanned again (`headers: x-api-key: k` holds two).
+_NAME_SEP = re.compile(r"(?<![\w\-.])(['\"]?)([A-Za-z_][\w.\-]*)\1(\s*[=:]\s*)")
+_VALUE = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"|([^\s,;'\"&)}\]]+)")
 # The separator may be `=`, blanks, or `', '` of an argv printed as a Python list.
 _FLAG_VALUE = re.compile(
     r"(?<![\w\-])(--[A-Za-z0-9][\w\-]*)(=|[ \t]+|['\"],[ \t]*(?=['\"]))('[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
@@ -218,16 +225,20 @@ def _pem(m: re.Match[str]) -> str:
     return f"-----BEGIN {kind}-----{MASK}{end}"
 
 
-def _assignment(m: re.Match[str]) -> str:
-    quote, name, sep = m.group(1), m.group(2), m.group(3)
-    value = next(g for g in (m.group(4), m.group(5), m.group(6)) if g is not None)
-    if not _hidden(name, value, strict=True) or value.lower() in _SCHEMES:
-        return m.group(0)
-    if m.group(4) is not None:
-        return f"{quote}{name}{quote}{sep}'{MASK}'"
-    if m.group(5) is not None:
-        return f'{quote}{name}{quote}{sep}"{MASK}"'
-    return f"{quote}{name}{quote}{sep}{MASK}"
+def _assignments(text: str) -> str:
+    out, pos = [], 0
+    for m in _NAME_SEP.finditer(text):
+        value = _VALUE.match(text, m.end())
+        if m.start() < pos or value is None:
+            continue
+        quoted = value.group(1) if value.group(1) is not None else value.group(2)
+        raw = quoted if quoted is not None else value.group(3)
+        if not _hidden(m.group(2), raw, strict=True) or raw.lower() in _SCHEMES:
+            continue
+        quote = "'" if value.group(1) is not None else '"' if value.group(2) is not None else ""
+        out += [text[pos : value.start()], f"{quote}{MASK}{quote}"]
+        pos = value.end()
+    return "".join([*out, text[pos:]])
 
 
 def _flag_value(m: re.Match[str]) -> str:
@@ -252,7 +263,7 @@ def redact_text(text: str) -> str:
         text = _PREFIXED.sub(MASK, text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{MASK}", text)
     text = _COOKIE.sub(r"\1\2" + MASK, text)
-    text = _ASSIGN.sub(_assignment, text)
+    text = _assignments(text)
     text = _FLAG_VALUE.sub(_flag_value, text)
     return _RUN.sub(_random_run, text)
 
@@ -269,11 +280,11 @@ class LogRedactor:
             if end is None:
                 return MASK
             self._in_key = False
-            return MASK + redact_text(text[end.end() :])
+            return MASK + end.group(0) + redact_text(text[end.end() :])
         begin = _PEM_BEGIN.search(text)
         if begin is not None and _PEM_END.search(text, begin.end()) is None:
             self._in_key = True
-            return redact_text(text[: begin.end()]) + MASK
+            return redact_text(text[: begin.start()]) + begin.group(0) + MASK
         return redact_text(text)
 
 
