@@ -61,7 +61,6 @@ _STRONG_LAST = {"TOKEN", "KEY", "PASS", "PAT", "PRIVATEKEY", "ACCESSKEY", "SECRE
 # Secret-ish words that also name switches (`SGLANG_ENABLE_STREAMING_SESSION=1`): a number stays shown.
 # `TOKEN` and `KEY` before the last word (`TOKEN_USAGE`, `hot_token_id`) name no secret at all.
 _WEAK = {"AUTH", "COOKIE", "COOKIES", "SESSION", "WEBHOOK", "PRIVATE", "DSN", "SIGNATURE"}
-_KEY_QUALIFIERS = {"API", "ACCESS", "SECRET", "PRIVATE", "SIGNING", "ENCRYPTION", "MASTER", "CLIENT", "ADMIN"}
 # Tokenizer vocabulary (`eos_token='</s>'`), not credentials.
 _VOCAB_TOKENS = {"EOS", "BOS", "PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "START", "END", "STOP"}
 _AWS_HARMLESS = {"REGION", "PROFILE", "OUTPUT"}
@@ -155,7 +154,6 @@ _PREFIXED = re.compile(
     r"|\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}"  # JWT
     r"|\b(?:https?://)?(?:hooks\.slack\.com/(?:services|workflows)|discord(?:app)?\.com/api/webhooks)/[A-Za-z0-9/_\-]+"
 )
-# `Bearer` is never prose; `Basic`/`Token` often are, so their credential must hold a digit or `=`.
 # What every _PREFIXED match contains: a line without any of these skips that (slow) alternation.
 _PREFIX_HINTS = (
     "hf_",
@@ -181,6 +179,7 @@ _PREFIX_HINTS = (
     "hooks.slack.com",
     "/api/webhooks/",
 )
+# `Bearer` is never prose; `Basic`/`Token` often are, so their credential must hold a digit or `=`.
 _AUTH_SCHEME = re.compile(
     r"(?i)\b(Bearer)(\s+)[A-Za-z0-9._~+/=\-]{8,}"
     r"|\b(Basic|Token|Digest)(\s+)(?=[A-Za-z._~+/\-]*[\d=])[A-Za-z0-9._~+/=\-]{8,}"
