@@ -60,11 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.USAGE
     from specdoctor.tools.catalog_load import CatalogError
     from specdoctor.tools.command import CommandError
+    from specdoctor.tools.redact import redact_text
 
     try:
         return int(args.run(args))
     except (UsageError, CommandError, CatalogError) as exc:
-        print(f"specdoctor {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"specdoctor {args.verb}: error: {redact_text(str(exc))}", file=sys.stderr)
         return exitcodes.USAGE
     except KeyboardInterrupt:
         print(f"specdoctor {args.verb}: interrupted", file=sys.stderr)
@@ -75,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("SPECDOCTOR_DEBUG"):
             raise
         print(
-            f"specdoctor {args.verb}: internal error: {type(exc).__name__}: {exc} (set SPECDOCTOR_DEBUG=1 for the traceback)",
+            f"specdoctor {args.verb}: internal error: {type(exc).__name__}: {redact_text(str(exc))} "
+            "(set SPECDOCTOR_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return exitcodes.INTERNAL

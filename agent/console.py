@@ -16,12 +16,15 @@ from specdoctor.agent.events import (
     RunStartEvent,
     StageEvent,
     StopEvent,
+    masked,
 )
 from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
 from specdoctor.tools.command import LaunchCommand, diff
 
 
 class ConsoleSink:
+    """Shows each event, its secrets masked unless the `Out` was made with `show_secrets`."""
+
     def __init__(self, out: Out | None = None, stages: bool = True, canon=None) -> None:
         self.out = out or Out()
         self.canon = canon or (lambda name: name)
@@ -32,7 +35,7 @@ class ConsoleSink:
     def handle(self, event: Event) -> None:
         handler = getattr(self, f"_{event.type}", None)
         if handler is not None:
-            handler(event)
+            handler(event if self.out.show_secrets else masked(event))
 
     def close(self) -> None:
         return None

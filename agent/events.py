@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TextIO, Typ
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from specdoctor.agent.redact import redact, redact_argv, redact_env
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.gate import Refusal
 from specdoctor.tools.command import Edit, LaunchCommand
 from specdoctor.tools.gpu import GpuReport
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.redact import redact, redact_argv, redact_env, redact_shell
 from specdoctor.tools.system import ModelFacts
 
 if TYPE_CHECKING:
@@ -371,10 +371,18 @@ def parse_event(data: Any) -> Event:
 # ---- redaction -----------------------------------------------------------------------------------
 
 
+SHELL_FIELDS = frozenset(
+    {"command", "original", "old_command", "new_command", "corrected_command", "final_command"}
+    | {"edited_command", "last_command"}
+)
+"""Fields that hold a launch command as a shell line: read as one, so a quoted secret is masked whole."""
+
+
 def redact_payload(data: Any) -> Any:
-    """JSON-like data ready to be written: `specdoctor.agent.redact.redact` over every string, after masking the
-    secrets only the data's shape reveals (an argv token after `--api-key`, an edit setting `--api-key`,
-    `set_env HF_TOKEN`), which a string-by-string pass cannot see."""
+    """JSON-like data ready to be written or shown: `specdoctor.tools.redact.redact` over every string, after
+    masking the secrets only the data's shape reveals (an argv token after `--api-key`, an edit setting
+    `--api-key`, `set_env HF_TOKEN`, a quoted value in a command line), which a string-by-string pass
+    cannot see."""
     return redact(_mask_by_shape(data))
 
 
@@ -383,7 +391,10 @@ def _mask_by_shape(data: Any) -> Any:
         return [_mask_by_shape(v) for v in data]
     if not isinstance(data, dict):
         return data
-    out = {k: _mask_by_shape(v) for k, v in data.items()}
+    out = {
+        k: redact_shell(v) if k in SHELL_FIELDS and isinstance(v, str) else _mask_by_shape(v)
+        for k, v in data.items()
+    }
     argv = out.get("argv")
     if _is_str_list(argv):
         out["argv"] = redact_argv(list(argv))
@@ -407,6 +418,11 @@ def _is_str_list(v: Any) -> bool:
 def redacted_event(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data with every secret masked."""
     return redact_payload(event.model_dump(mode="json"))
+
+
+def masked(event: E) -> E:
+    """The same event with every secret masked, for a sink that shows it (the terminal)."""
+    return parse_event(redacted_event(event))  # type: ignore[return-value]
 
 
 # ---- bus -----------------------------------------------------------------------------------------
@@ -498,7 +514,7 @@ class EventBus:
     def _report(self, sink: Sink, what: str, exc: Exception) -> None:
         err = self._stderr or sys.stderr
         name = type(sink).__name__
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         tail = "; the run goes on without it" if what == "failed" else ""
         # When stderr itself is gone there is nobody left to tell.
         with contextlib.suppress(Exception):

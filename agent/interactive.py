@@ -22,6 +22,7 @@ from specdoctor.agent.approve import Review
 from specdoctor.playbooks.decision import Fix
 from specdoctor.playbooks.gate import Touch
 from specdoctor.tools.command import CommandError, LaunchCommand
+from specdoctor.tools.redact import redact_command, redact_spec, redact_text, unmask
 
 EDIT_PROMPT = "command> "
 ACTIONS = ("accept", "edit", "llm", "quit")
@@ -69,7 +70,10 @@ def prefilled_input(prompt: str, text: str) -> str:
 
 
 class InteractiveApprover:
-    """Asks the person at the terminal about every proposed change, and before stopping foreign processes."""
+    """Asks the person at the terminal about every proposed change, and before stopping foreign processes.
+
+    Unless `show_secrets`, commands are shown and edited with their secrets masked; a mask the person leaves
+    in place stands for the value it hides."""
 
     kind = "user"
 
@@ -80,8 +84,10 @@ class InteractiveApprover:
         before_prompt: Callable[[], None] = lambda: None,
         ask: Callable[[str], str] = input,
         edit_line: Callable[[str, str], str] = prefilled_input,
+        show_secrets: bool = False,
     ) -> None:
         self.console = console
+        self.show_secrets = show_secrets
         self.before_prompt = before_prompt
         self.ask = ask
         self.edit_line = edit_line
@@ -113,7 +119,7 @@ class InteractiveApprover:
             if touch.classed.edit_class != "tuning":
                 self._say(f"  {touch.classed.edit_class}: {touch.edit} ({touch.classed.rule})", "magenta")
         self._say(f"proposed command (from {source}):", "bold")
-        self.console.print(Text(new.shell(), style="cyan"), soft_wrap=True)
+        self.console.print(Text(self._shown(new), style="cyan"), soft_wrap=True)
         editor = editor_command()
         menu = "[a]ccept  [e]dit  [l]lm  [q]uit" + ("  [E]ditor" if editor else "") + " > "
         while True:
@@ -138,14 +144,14 @@ class InteractiveApprover:
                 continue
             if edited == new:
                 return Review(approved=True, spec=new, by="user", note="accepted by the user")
-            self._say(f"launching your command: {edited.shell()}", "green")
+            self._say(f"launching your command: {self._shown(edited)}", "green")
             return Review(approved=True, spec=edited, by="user", note="edited by the user")
 
     # ---- editing ---------------------------------------------------------------------------------
     def _edit_inline(self, old: LaunchCommand, new: LaunchCommand, attempt: int) -> LaunchCommand | None:
         """Edit the proposed line until it is a valid command; an empty line goes back to the menu."""
         self._say("edit the command (only flags and environment may change; empty line: back)", "dim")
-        text = new.shell()
+        text = self._shown(new)
         while True:
             answer = self._ask(EDIT_PROMPT, lambda prompt, shown=text: self.edit_line(prompt, shown))
             if answer is None or not answer.strip():
@@ -160,7 +166,7 @@ class InteractiveApprover:
     ) -> LaunchCommand | None:
         with tempfile.TemporaryDirectory(prefix="specdoctor-") as tmp:
             path = Path(tmp) / "command.sh"
-            path.write_text(multiline(new))
+            path.write_text(multiline(new if self.show_secrets else redact_spec(new)))
             try:
                 done = subprocess.run([*editor, str(path)], check=False)
             except OSError as exc:
@@ -179,7 +185,7 @@ class InteractiveApprover:
     def _check(self, text: str, old: LaunchCommand, new: LaunchCommand, attempt: int) -> LaunchCommand | None:
         """The edited command, or None after saying in one line why it cannot be launched."""
         try:
-            spec = LaunchCommand.parse(text)
+            spec = unmask(LaunchCommand.parse(text), new)
         except CommandError as exc:
             self._say(f"✗ {exc}", "bold red")
             return None
@@ -195,6 +201,9 @@ class InteractiveApprover:
             return None
         return spec
 
+    def _shown(self, spec: LaunchCommand) -> str:
+        return spec.shell() if self.show_secrets else redact_command(spec)
+
     # ---- the terminal ----------------------------------------------------------------------------
     def _ask(self, prompt: str, read: Callable[[str], str] | None = None) -> str | None:
         """The answer, or None on end of input (Ctrl-D: the person left, so nothing is applied)."""
@@ -208,4 +217,5 @@ class InteractiveApprover:
             raise
 
     def _say(self, text: str, style: str = "") -> None:
-        self.console.print(Text(text, style=style), soft_wrap=True)
+        shown = text if self.show_secrets else redact_text(text)
+        self.console.print(Text(shown, style=style), soft_wrap=True)

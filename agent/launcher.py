@@ -14,6 +14,19 @@ from typing import Protocol
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
 from specdoctor.tools.process import EngineProcess
+from specdoctor.tools.redact import is_secret_env
+
+
+def engine_env(spec: LaunchCommand, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment the engine runs with: ours, the command's overrides, then `extra`, less
+    specdoctor's own LLM settings and secrets (`SPECDOCTOR_LLM_API_KEY`, a base URL with a password in
+    it): the engine, and whatever code it loads, never needs them, and its logs must not print them."""
+    env = {**os.environ, **spec.env_dict(), **(extra or {})}
+    return {k: v for k, v in env.items() if not _ours_to_keep(k)}
+
+
+def _ours_to_keep(name: str) -> bool:
+    return name.startswith("SPECDOCTOR_LLM_") or (name.startswith("SPECDOCTOR_") and is_secret_env(name))
 
 
 class Launcher(Protocol):
@@ -34,7 +47,7 @@ class RealLauncher:
     name = "real"
 
     def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess:
-        return EngineProcess.start(spec.argv(), {**os.environ, **spec.env_dict()}, log_path, to_file=to_file)
+        return EngineProcess.start(spec.argv(), engine_env(spec), log_path, to_file=to_file)
 
     def gpus(self) -> GpuReport:
         from specdoctor.tools.gpu import inspect
@@ -75,12 +88,9 @@ class SimulatedLauncher:
         return [sys.executable, "-m", "specdoctor.tools.simnode", *args]
 
     def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess:
-        env = {
-            **os.environ,
-            **spec.env_dict(),
-            "SPECDOCTOR_SIM_PROFILE": self.profile_name,
-            "SPECDOCTOR_SIM_SPEED": str(self.speed),
-        }
+        env = engine_env(
+            spec, {"SPECDOCTOR_SIM_PROFILE": self.profile_name, "SPECDOCTOR_SIM_SPEED": str(self.speed)}
+        )
         return EngineProcess.start(self.argv(spec), env, log_path, to_file=to_file)
 
     def free_gpus(self, processes: list[GpuProcess]) -> str:

@@ -30,6 +30,7 @@ from specdoctor.agent.events import (
     StageEvent,
     StopEvent,
     ToolCallEvent,
+    masked,
 )
 from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE
 from specdoctor.playbooks.decision import Decision, Finding, Fix, Stop
@@ -166,15 +167,19 @@ class _Status:
 
 class LiveView:
     """Receives every event of a `fix` run and draws it. Events come from the loop's thread; the live line
-    redraws itself from rich's refresh thread, so the status is shared under a lock."""
+    redraws itself from rich's refresh thread, so the status is shared under a lock. Secrets are masked
+    unless `show_secrets`."""
 
     def __init__(
         self,
         console: Console,
         canon: Canon | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        show_secrets: bool = False,
     ) -> None:
         self.console = console
+        self.show_secrets = show_secrets
         self.canon: Canon = canon or (lambda name: name)
         self.status = _Status(clock)
         self._live: Live | None = None
@@ -190,7 +195,7 @@ class LiveView:
     def handle(self, event: Event) -> None:
         handler = getattr(self, f"_{event.type}", None)
         if handler is not None:
-            handler(event)
+            handler(event if self.show_secrets else masked(event))
 
     def close(self) -> None:
         self.pause()

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specdoctor.agent.redact import MASK, is_secret_flag, redact_env, redact_text
 from specdoctor.playbooks.base import Context
-from specdoctor.tools.command import LaunchCommand, Option, Positional, diff
+from specdoctor.tools.command import diff
 from specdoctor.tools.flag_synonyms import Synonym
 from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.redact import redact_command, redact_spec, redact_text
 from specdoctor.tools.system import ModelFacts, model_facts, port_is_free
 
 MAX_RESULT_CHARS = 4000
@@ -170,39 +169,34 @@ def plain_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 # ---- rendering shared with the planner -----------------------------------------------------------
 
 
-def redacted_spec(spec: LaunchCommand) -> LaunchCommand:
-    """The command with every secret masked: values of secret flags and env vars, key-like tokens anywhere."""
-    args: list[Option | Positional] = []
-    for a in spec.args:
-        if isinstance(a, Positional):
-            args.append(Positional(value=redact_text(a.value)))
-            continue
-        values = (
-            tuple(MASK for _ in a.values)
-            if is_secret_flag(a.name)
-            else tuple(redact_text(v) for v in a.values)
-        )
-        args.append(a.model_copy(update={"values": values}))
-    env = tuple(redact_env(spec.env_dict()).items())
-    return spec.model_copy(update={"env": env, "args": tuple(args)})
+PROMPT_TAGS = (
+    "engine",
+    "command",
+    "outcome",
+    "log",
+    "attempts",
+    "gpus",
+    "models",
+    "preflight",
+    "system",
+    "user",
+    "assistant",
+    "tool",
+)
+"""The prompt's own section names, and the roles: text from outside may neither open nor close one."""
+_TAG = re.compile(rf"(?i)<(?=\s*/?\s*(?:{'|'.join(PROMPT_TAGS)})\b)")
 
 
-def redacted_command(spec: LaunchCommand) -> str:
-    """The command as a shell line with every secret masked; `***` stays unquoted so it reads as a mask."""
-    masked = redacted_spec(spec)
-    env = [f"{k}={_quote(v)}" for k, v in masked.env]
-    return redact_text(" ".join([*env, *(_quote(t) for t in masked.argv())]))
-
-
-def _quote(token: str) -> str:
-    plain = token.replace(MASK, "x")
-    return token if shlex.quote(plain) == plain else shlex.quote(token)
+def defuse(text: str) -> str:
+    """`text` with every opening or closing prompt tag broken (`</log>` reads `<\\/log>`), so a model name
+    or a process name cannot end the section it is quoted in or start one of its own."""
+    return _TAG.sub(r"<\\", text)
 
 
 def untrusted(tag: str, text: str) -> str:
-    """`text` inside `<tag untrusted="true">`, with anything that would close the section defused."""
-    safe = re.sub(rf"(?i)</\s*{tag}", f"<\\/{tag}", text)
-    return f'<{tag} untrusted="true">\n{safe}\n</{tag}>'
+    """`text` inside `<tag untrusted="true">`, with anything that would close the section, or open another,
+    defused. Every section of the prompt is built by this one function."""
+    return f'<{tag} untrusted="true">\n{defuse(text)}\n</{tag}>'
 
 
 def gpu_text(report: GpuReport) -> str:
@@ -307,7 +301,9 @@ class Toolbox:
         if key in self._answered:
             return ToolResult(status="no_data", text=f"already answered above: {key}; reuse that result")
         result = self._runners[name](args)
-        result = ToolResult(status=result.status, text=cut(redact_text(result.text), self.max_chars))
+        # read_log wraps the log in its own untrusted section; every other result is defused here.
+        text = result.text if name == "read_log" else defuse(result.text)
+        result = ToolResult(status=result.status, text=cut(redact_text(text), self.max_chars))
         self._answered[key] = result.text
         return result
 
@@ -458,13 +454,13 @@ class Toolbox:
 
 def ledger_text(ctx: Context) -> str:
     """The commands tried before this one, each as a diff from the current command, oldest first."""
-    current = f"current (just failed: {ctx.outcome.kind}): {redacted_command(ctx.spec)}"
+    current = f"current (just failed: {ctx.outcome.kind}): {redact_command(ctx.spec)}"
     if not ctx.tried:
         return f"no other command was tried in this run; {current}"
     lines = [current]
-    now = redacted_spec(ctx.spec)
+    now = redact_spec(ctx.spec)
     for n, spec in enumerate(ctx.tried, 1):
-        changes = diff(now, redacted_spec(spec), ctx.catalog.canonical)
+        changes = diff(now, redact_spec(spec), ctx.catalog.canonical)
         shown = "; ".join(d.text() for d in changes) or "the same command"
         lines.append(f"attempt {n} (failed), differs from the current command by: {redact_text(shown)}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.tools.command import DiffLine
+from specdoctor.tools.redact import redact_text
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
@@ -21,10 +22,15 @@ OUTCOME_STYLE = {
 
 
 class Out:
-    """Writes lines with an optional style; styles are dropped when the stream is not a terminal."""
+    """Writes lines with an optional style; styles are dropped when the stream is not a terminal.
 
-    def __init__(self, stream: TextIO | None = None, color: bool | None = None) -> None:
+    Every line is redacted unless `show_secrets`: deploy output lands in CI and systemd logs."""
+
+    def __init__(
+        self, stream: TextIO | None = None, color: bool | None = None, *, show_secrets: bool = False
+    ) -> None:
         self.stream = stream or sys.stdout
+        self.show_secrets = show_secrets
         self.color = self.stream.isatty() if color is None else color
         self._console = None
         if self.color:
@@ -33,6 +39,8 @@ class Out:
             self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
 
     def line(self, text: str = "", style: str | None = None) -> None:
+        if not self.show_secrets:
+            text = redact_text(text)
         if self._console is None:
             print(text, file=self.stream)
             return

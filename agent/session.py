@@ -95,7 +95,8 @@ def make_run_dir(explicit: str | None) -> Path:
     if (path / "transcript.jsonl").exists():
         raise UsageError(f"--run-dir {path} already holds a run's transcript: give a new folder (or none)")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the attempt logs in it hold what the engine printed.
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot use --run-dir {path}: {exc.strerror}") from None
     return path

@@ -165,7 +165,8 @@ def test_the_prompt_holds_the_root_cause_not_the_whole_log(seed: Context) -> Non
     whole_log = "\n".join(recorded_output(SEED_LOG))
     assert len(text) < len(whole_log) / 3
     assert "--kv-canary-real-data" not in text  # the 474-line usage dump stays out
-    for section in ("<command>", "<outcome>", '<log untrusted="true">', "<attempts>", "<gpus>", "<models>"):
+    for tag in ("engine", "command", "outcome", "log", "attempts", "gpus", "models", "preflight"):
+        section = f'<{tag} untrusted="true">'
         assert section in text
     assert "8x H200 141GB" in text and "DeepseekV3ForCausalLM" in text and "LlamaForCausalLMEagle3" in text
     assert "error foreign-flag: --num-speculative-tokens is vLLM's flag" in text

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from specdoctor.agent.llm_tools import TOOL_NAMES, Toolbox, redacted_command, untrusted
+from specdoctor.agent.llm_tools import TOOL_NAMES, Toolbox, untrusted
 from specdoctor.playbooks.base import Context
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.gpu import parse_table
 from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.redact import redact_command
 from tests.llm_stub import make_context, model_folder, recorded_output
 
 DATA = Path(__file__).parent / "data"
@@ -205,6 +206,6 @@ def test_results_are_redacted(tmp_path: Path) -> None:
     text = box.run("read_log", {"pattern": "."}).text + box.run("list_attempts", {}).text
     assert "SeCrEtToKeN" not in text and "abcdefgh12345" not in text and "plainsecret" not in text
     assert (
-        redacted_command(ctx.spec)
+        redact_command(ctx.spec)
         == "HF_TOKEN=*** python -m sglang.launch_server --model-path /m --api-key ***"
     )

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools.flag_synonyms import BY_WRITTEN, Synonym
 from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.redact import learn_secret_flags
 from specdoctor.tools.similarity import score
 
 SUGGEST_MIN = 0.6
@@ -86,6 +87,8 @@ class FlagCatalog:
                 self._by_spelling.setdefault(s, f)
         self._spellings = sorted(self._by_spelling)
         self._canon: dict[str, str] = {}
+        # A newer engine's new key or password flag is masked from the moment its catalog is read.
+        learn_secret_flags((*self.flags, *self.hidden))
 
     def __len__(self) -> int:
         return len(self.flags)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools import reaper
 from specdoctor.tools.reaper import MARKER_VARIABLE, EngineIdentity, Proc, find_engine, read_proc, stop_tree
+from specdoctor.tools.redact import LogRedactor
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -146,6 +148,7 @@ class EngineProcess:
         self._stop_lock = threading.Lock()
         self._stopping = threading.Event()
         self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._redactor = LogRedactor()
         self._subscribers: list[LineCallback] = list(on_line)
         self._lines_seen = 0
         self._last_output_at: float | None = None
@@ -172,16 +175,19 @@ class EngineProcess:
     ) -> EngineProcess:
         """Start `argv` (no shell) with exactly `env` (plus the launch marker), teeing output to `log_path`.
 
-        `on_line` callbacks are registered before the first line is read, so they see every line.
+        `on_line` callbacks are registered before the first line is read, so they see every line; they and
+        the log get each line with its secrets masked (the server_args dump names the API key). The log is
+        created owner-only either way.
         `to_file`: the engine writes its output straight into the log (read back by following the file),
-        so it can outlive specdoctor after `detach()`; otherwise it writes into a pipe we drain.
+        so it can outlive specdoctor after `detach()`; otherwise it writes into a pipe we drain. Only the
+        lines published are masked then: the file holds what the engine wrote.
         """
         if not argv:
             raise EngineStartError("no engine command to run: the argv is empty")
         log_path = Path(log_path)
         try:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_file: BinaryIO = open(log_path, "ab", buffering=0)  # noqa: SIM115 -- closed by the reader thread
+            log_file = _open_private(log_path)
         except OSError as exc:
             raise EngineStartError(
                 f"cannot write the engine log {log_path}: {exc.strerror}; choose a writable log directory"
@@ -327,8 +333,11 @@ class EngineProcess:
         assert stream is not None
         try:
             while raw := stream.readline(_MAX_LINE_BYTES):
-                self._write_log(raw)
-                self._publish(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                shown = self._redactor.line(line)
+                # Bytes that needed no mask are kept exactly, undecodable ones included.
+                self._write_log(raw if shown == line else shown.encode() + raw[len(raw.rstrip(b"\r\n")) :])
+                self._publish(shown)
         finally:
             stream.close()
             if self._log_file is not None:
@@ -349,16 +358,19 @@ class EngineProcess:
                 if chunk:
                     pending += chunk
                     if pending.endswith(b"\n") or len(pending) >= _MAX_LINE_BYTES:
-                        self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
+                        self._publish(self._redacted(pending))
                         pending = b""
                     continue
                 if exited:  # it had exited before this EOF, so its last line has been read
                     if pending:
-                        self._publish(pending.decode("utf-8", errors="replace").rstrip("\r\n"))
+                        self._publish(self._redacted(pending))
                     return
                 exited = self._popen.poll() is not None
                 if not exited:
                     time.sleep(0.05)
+
+    def _redacted(self, raw: bytes) -> str:
+        return self._redactor.line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
 
     def detach(self) -> None:
         """Leave the engine running on its own (it must have been started `to_file`): stop following its
@@ -431,6 +443,17 @@ class EngineProcess:
 
 
 # -- starting and releasing the watchdog -----------------------------------------------------------
+
+
+def _open_private(path: Path) -> BinaryIO:
+    """The log opened for appending, readable by its owner only: it holds the command's arguments."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an older log of the same name may have been made readable by all
+        return os.fdopen(fd, "ab", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _start_watchdog(engine_id: str, log_file: BinaryIO) -> subprocess.Popen[bytes]:

@@ -8,7 +8,12 @@ import shutil
 import sys
 
 from specdoctor.agent import exitcodes
-from specdoctor.agent.commands.options import add_catalog_options, add_command_argument, add_gpu_options
+from specdoctor.agent.commands.options import (
+    add_catalog_options,
+    add_command_argument,
+    add_gpu_options,
+    add_secrets_option,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_command_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
     p.add_argument("--no-host", action="store_true", help="skip checks of this machine (paths, port, GPUs)")
+    add_secrets_option(p)
     add_catalog_options(p)
     add_gpu_options(p)
     p.set_defaults(run=run)
@@ -44,16 +50,19 @@ def run(args: argparse.Namespace) -> int:
     gpus = gpu_facts(args) if described or live else None
     report = preflight(spec, choice.catalog, gpus=gpus, host=host, catalog_note=choice.note)
     if args.json:
-        print(json.dumps(as_json(report, choice.catalog.canonical), indent=2))
+        data = as_json(report, choice.catalog.canonical, args.show_secrets)
+        print(json.dumps(data, indent=2))
     else:
-        show(report, choice.catalog.canonical)
+        show(report, choice.catalog.canonical, args.show_secrets)
     return exitcodes.OK if report.clean else exitcodes.FINDINGS
 
 
-def as_json(report, canon) -> dict:
+def as_json(report, canon, show_secrets: bool = False) -> dict:
+    from specdoctor.agent.events import redact_payload
     from specdoctor.tools.command import diff
+    from specdoctor.tools.redact import redact_spec
 
-    return {
+    data = {
         "ok": report.clean,
         "catalog": report.catalog_note,
         "findings": [f.model_dump(mode="json") for f in report.findings],
@@ -65,13 +74,23 @@ def as_json(report, canon) -> dict:
         "unfixed": [f.message for f in report.unfixed],
         "elapsed_ms": round(report.elapsed_s * 1000, 2),
     }
+    if show_secrets:
+        return data
+    # The diff of the masked commands: a changed secret must not show up as its before and after.
+    masked = diff(redact_spec(report.original), redact_spec(report.corrected), canon)
+    return redact_payload({**data, "changes": [d.model_dump() for d in masked]})
 
 
-def show(report, canon) -> None:
+def show(report, canon, show_secrets: bool = False) -> None:
     from specdoctor.agent.render import Out, diff_lines, finding_lines
     from specdoctor.tools.command import diff
+    from specdoctor.tools.redact import redact_command, redact_spec
 
-    out = Out(sys.stdout)
+    out = Out(sys.stdout, show_secrets=show_secrets)
+    original, corrected = report.original, report.corrected
+    shown = corrected.shell()
+    if not show_secrets:
+        original, corrected, shown = redact_spec(original), redact_spec(corrected), redact_command(corrected)
     out.line(f"specdoctor check · {report.catalog_note} · {report.elapsed_s * 1000:.1f} ms", "dim")
     if not report.findings:
         out.line("✓ no problems found", "bold green")
@@ -79,11 +98,11 @@ def show(report, canon) -> None:
     out.line()
     for f in report.findings:
         finding_lines(out, f)
-    changes = diff(report.original, report.corrected, canon)
+    changes = diff(original, corrected, canon)
     if changes:
         out.line()
         out.line("corrected command:", "bold")
-        out.line("  " + report.corrected.shell(), "bold green")
+        out.line("  " + shown, "bold green")
         out.line("changes:", "bold")
         diff_lines(out, changes)
     if report.unfixed:

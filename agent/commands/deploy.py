@@ -12,6 +12,7 @@ from specdoctor.agent.commands.options import (
     add_command_argument,
     add_llm_options,
     add_run_options,
+    add_secrets_option,
 )
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="once healthy, stop the server and exit 0 (does this command work?)",
     )
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
+    add_secrets_option(p)
     add_run_options(p)
     add_catalog_options(p)
     add_llm_options(p)
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.session import Session, launcher_for, settings_for
 
     spec, choice, run_dir = Session.prepare(args)
-    out = Out(sys.stderr if args.json else sys.stdout)
+    out = Out(sys.stderr if args.json else sys.stdout, show_secrets=args.show_secrets)
     session = Session(
         spec=spec,
         choice=choice,

@@ -13,6 +13,7 @@ from specdoctor.agent.commands.options import (
     add_command_argument,
     add_gpu_options,
     add_llm_options,
+    add_secrets_option,
 )
 
 
@@ -35,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="how the launch ended, if the log does not make it clear",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_secrets_option(p)
     add_catalog_options(p)
     add_gpu_options(p)
     add_llm_options(p)
@@ -52,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
         plan,
         read_case,
     )
+    from specdoctor.agent.events import redact_payload
     from specdoctor.tools.command import LaunchCommand
     from specdoctor.tools.errors import UsageError
+    from specdoctor.tools.redact import redact_text
 
     if args.case:
         case = read_case(Path(args.case))
@@ -83,11 +87,11 @@ def run(args: argparse.Namespace) -> int:
     assert planned.decision is not None
     contract = as_contract(planned.decision, ctx)
     for error in planned.rule_errors:
-        print(f"specdoctor: warning: {error} (skipped; please report it)", file=sys.stderr)
+        print(f"specdoctor: warning: {redact_text(error)} (skipped; please report it)", file=sys.stderr)
     if args.json:
-        print(json.dumps(contract, indent=2))
+        print(json.dumps(contract if args.show_secrets else redact_payload(contract), indent=2))
     else:
-        show(contract, ctx, choice.note, planned.planner)
+        show(contract, ctx, choice.note, planned.planner, args.show_secrets)
     # Scripts tell a fix from a stop without --json: 0 a fix (or a retry), 3 no flag change can help.
     return exitcodes.STOPPED if contract["action"] == "stop" else exitcodes.OK
 
@@ -98,11 +102,13 @@ def _outcome(log: str, exit_kind: str | None):
     return outcome_from_log(log.splitlines(), exit_kind)
 
 
-def show(contract: dict, ctx, note: str, planner: str) -> None:
+def show(contract: dict, ctx, note: str, planner: str, show_secrets: bool = False) -> None:
     from specdoctor.agent.render import Out, diff_lines
     from specdoctor.tools.command import LaunchCommand, diff
+    from specdoctor.tools.redact import redact_command, redact_spec
 
-    out = Out(sys.stdout)
+    out = Out(sys.stdout, show_secrets=show_secrets)
+    hide = (lambda spec: spec) if show_secrets else redact_spec
     out.line(f"specdoctor diagnose · {note}", "dim")
     if ctx.root.error_line:
         out.line(f"root cause: {ctx.root.error_line}", "bold")
@@ -116,9 +122,9 @@ def show(contract: dict, ctx, note: str, planner: str) -> None:
     if contract["action"] == "fix":
         new = LaunchCommand.parse(contract["command"])
         out.line("changes:", "bold")
-        diff_lines(out, diff(ctx.spec, new, ctx.catalog.canonical))
+        diff_lines(out, diff(hide(ctx.spec), hide(new), ctx.catalog.canonical))
         out.line("corrected command:", "bold")
-        out.line("  " + contract["command"], "bold green")
+        out.line("  " + (contract["command"] if show_secrets else redact_command(new)), "bold green")
     who = (
         f"playbook {contract['playbook']}"
         if contract["playbook"]

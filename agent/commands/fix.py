@@ -12,6 +12,7 @@ from specdoctor.agent.commands.options import (
     add_command_argument,
     add_llm_options,
     add_run_options,
+    add_secrets_option,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="once healthy, keep the server running in the foreground and supervise it, like deploy",
     )
+    add_secrets_option(p)
     add_run_options(p)
     add_catalog_options(p)
     add_llm_options(p)
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     spec, choice, run_dir = Session.prepare(args)
     canon = choice.catalog.canonical
     if sys.stdin.isatty() and sys.stdout.isatty():
-        approver, sinks, say = _interactive(canon)
+        approver, sinks, say = _interactive(canon, args.show_secrets)
     else:
         like = "specdoctor deploy" if args.keep else "specdoctor deploy --once"
         print(f"not a terminal: running unattended, like `{like}`", file=sys.stderr)
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _interactive(canon: Canon) -> Parts:
+def _interactive(canon: Canon, show_secrets: bool) -> Parts:
     from rich.console import Console
     from rich.text import Text
 
@@ -83,8 +85,8 @@ def _interactive(canon: Canon) -> Parts:
     from specdoctor.agent.live import LiveView
 
     console = Console(highlight=False)
-    view = LiveView(console, canon=canon)
-    approver = InteractiveApprover(console, before_prompt=view.pause)
+    view = LiveView(console, canon=canon, show_secrets=show_secrets)
+    approver = InteractiveApprover(console, before_prompt=view.pause, show_secrets=show_secrets)
     return approver, [view], lambda text: console.print(Text(text, style="dim"), soft_wrap=True)
 
 
@@ -94,7 +96,7 @@ def _unattended(args: argparse.Namespace, catalog: FlagCatalog) -> Parts:
     from specdoctor.agent.console import ConsoleSink
     from specdoctor.agent.render import Out
 
-    out = Out(sys.stdout)
+    out = Out(sys.stdout, show_secrets=args.show_secrets)
     return (
         PolicyApprover(args.min_confidence, allowance(args, catalog)),
         [ConsoleSink(out, canon=catalog.canonical)],

@@ -12,6 +12,15 @@ def add_command_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="the launch command, after `--`")
 
 
+def add_secrets_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="print commands on the terminal with their keys and passwords, ready to copy and paste "
+        "(transcript, report and LLM requests stay redacted)",
+    )
+
+
 def add_catalog_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("flag catalog (default: the SGLang installed for the command's python)")
     g.add_argument(
