@@ -18,7 +18,9 @@ from specdoctor.tools.engine_source.model import Constraint
 from specdoctor.tools.engine_source.sources import from_tree, from_wheel, matches
 from specdoctor.tools.engine_source.template import segments
 
-FIELDS = frozenset({"page_size", "attention_backend", "speculative_eagle_topk", "tp_size", "dp_size", "device"})
+FIELDS = frozenset(
+    {"page_size", "attention_backend", "speculative_eagle_topk", "tp_size", "dp_size", "device"}
+)
 
 
 def sites_of(source: str, rel: str = "srt/arg_groups/x_hook.py", fields: frozenset[str] = FIELDS):
@@ -39,14 +41,21 @@ def test_if_raise_gives_template_condition_fields_and_failing_constraints() -> N
                 )
         """
     )
-    assert (site.kind, site.exception, site.function, site.line) == ("raise", "ValueError", "_handle_eagle", 7)
+    assert (site.kind, site.exception, site.function, site.line) == (
+        "raise",
+        "ValueError",
+        "_handle_eagle",
+        7,
+    )
     assert site.template == (
         "topk > 1 with page_size > 1 is only supported on {_PAGE_TREE}; got attention_backend={cfg.attention_backend}."
     )
     assert site.condition.startswith("cfg.speculative_eagle_topk > 1 and cfg.page_size > 1")
     assert site.fields == ("attention_backend", "page_size", "speculative_eagle_topk")
     backend = next(c for c in site.constraints if c.field == "attention_backend")
-    assert backend == Constraint(field="attention_backend", op="not in", values=("flashinfer", "fa3", "triton"))
+    assert backend == Constraint(
+        field="attention_backend", op="not in", values=("flashinfer", "fa3", "triton")
+    )
     assert backend.allowed().op == "in"
     assert site.text == "raise ValueError("
 
@@ -154,7 +163,7 @@ def test_template_segments_keep_literal_braces_and_mark_placeholders() -> None:
 
 # ---- the build, on a fake release written here -----------------------------------------------------
 
-SERVER_ARGS = '''
+SERVER_ARGS = """
 import dataclasses
 
 @dataclasses.dataclass
@@ -170,16 +179,16 @@ class ServerArgs:
     @staticmethod
     def add_cli_args(parser):
         parser.add_argument("--fp8-gemm-backend", dest="fp8_gemm_runner_backend")
-'''
+"""
 # Module-level code that would stop the build (or leave a trace) if anything imported or ran it.
-BOOBY_TRAP = '''
+BOOBY_TRAP = """
 raise SystemExit("the engine source was executed")
 open("{trace}", "w").write("ran")
 
 def f(server_args):
     if server_args.page_size == 3:
         raise ValueError("page_size 3 is not supported")
-'''
+"""
 
 
 def _fake_release(root: Path, trace: Path) -> Path:
