@@ -191,3 +191,26 @@ def _as_match(
         truncated=truncated,
         releases=tuple(p[0] for p in places),
     )
+
+
+def search_sites(
+    query: str, *, version: str | None = None, index: SourceIndex | None = None, limit: int = 6
+) -> list[MessageMatch]:
+    """Checks for a query: the messages it matches when it reads as one (score >= 0.5), else the checks
+    whose message, condition or file hold every word of it (score 0), the engine's release first."""
+    index = index or bundled_index()
+    found = [m for m in rank_messages(query, version=version, index=index, limit=limit) if m.score >= 0.5]
+    if found:
+        return found
+    words = [w for w in normalize(query).split() if len(w) > 1]
+    if not words:
+        return []
+    release = index.release(version)
+    hits = []
+    for check, raw in enumerate(index.checks):
+        text = normalize(" ".join((raw.get("template", ""), raw.get("condition") or "", raw["file"])))
+        if all(w in text for w in words):
+            places = index.occurrences(check)
+            hits.append((not any(p[0] == release for p in places), _neg_version(places[-1][0]), check))
+    hits.sort()
+    return [_as_match(index, check, 0.0, False, release) for _, _, check in hits[:limit]]
