@@ -95,19 +95,6 @@ class Site(BaseModel):
         """The bare name a traceback shows (`in _handle_x`)."""
         return self.function.rsplit(".", 1)[-1]
 
-    def content_key(self) -> tuple:
-        """Everything but where it is: the same check in two releases has the same key."""
-        return (
-            self.file,
-            self.function,
-            self.kind,
-            self.exception,
-            self.template,
-            self.condition,
-            self.guards,
-            self.text,
-        )
-
 
 class Frame(BaseModel):
     """One `File "...", line N, in f` entry of a traceback, with the source line it quotes."""
