@@ -241,3 +241,18 @@ def test_the_same_message_raised_in_several_places_is_reported_as_alternatives()
         "Unsupported kv_cache_dtype: {self.server_args.kv_cache_dtype}."
     }
     assert [m.score for m in rank_messages("nothing like any check at all here", limit=3)] == []
+
+
+@pytest.mark.parametrize(
+    ("written", "release"),
+    [
+        ("0.4.10", "0.4.10"),
+        ("0.3.1.post2 (docker lmsysorg/sglang:v0.3.1.post2-cu124)", None),
+        ("lmsysorg/sglang:v0.4.6-cu124", "0.4.6"),
+        ("0.5.19.dev410+gedff717ef", "0.5.18"),
+        ("main @ b79e4b1e6", None),
+        (None, None),
+    ],
+)
+def test_versions_as_people_write_them(written: str | None, release: str | None) -> None:
+    assert bundled_index().release(written) == release

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from functools import cache, cached_property
 from pathlib import Path
@@ -17,6 +18,16 @@ from specdoctor.tools.engine_source.model import Site
 
 FORMAT = 1
 DATA = Path(__file__).resolve().parent.parent / "data" / "engine-source" / "sglang-checks.json.gz"
+
+
+_VERSION = re.compile(r"(?<![\w.])v?(\d+\.\d+(?:\.\d+)?(?:\.?post\d+)?)")
+
+
+def clean_version(text: str | None) -> str | None:
+    """The release number in a version as people write it (`0.3.1.post2 (docker ...)`, `v0.5.19.dev410+g1`,
+    `lmsysorg/sglang:v0.4.6`) or None when it has none (`main @ b79e4b1e6`)."""
+    m = _VERSION.search(text or "")
+    return m.group(1) if m else None
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -51,6 +62,7 @@ class SourceIndex:
     # ---- releases ------------------------------------------------------------------------------
     def release(self, version: str | None) -> str | None:
         """The indexed release for a version: itself, else the newest older one; None if older than all."""
+        version = clean_version(version)
         if version is None:
             return None
         if version in self._raw["releases"]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools.engine_source.declarations import declarations
 from specdoctor.tools.engine_source.extract import FileContext, Place, statement_site, statements
-from specdoctor.tools.engine_source.index import SourceIndex, bundled_index, version_key
+from specdoctor.tools.engine_source.index import SourceIndex, bundled_index, clean_version, version_key
 from specdoctor.tools.engine_source.model import Frame, Site
 
 DRIFT = 40
@@ -45,6 +45,7 @@ def site_for_frame(
     `version` the engine's version when known (it picks the index's release, or the nearest older one)."""
     if frame.engine_file is None:
         return None
+    version = clean_version(version)
     if installed is not None and (found := read_installed(installed, frame, version)) is not None:
         return found
     index = index or bundled_index()
@@ -72,7 +73,7 @@ def read_installed(package: Path, frame: Frame, version: str | None = None) -> L
     found = statement_at(ctx, frame.line)
     if found is None:
         return None
-    site = found.model_copy(update={"source": "installed", "release": version})
+    site = found.model_copy(update={"source": "installed", "release": clean_version(version)})
     return Located(site=site, how=f"read from the installed engine: {path}:{frame.line}", exact=True)
 
 
