@@ -88,6 +88,24 @@ class NoArgs(_Args):
     pass
 
 
+class EngineSourceArgs(_Args):
+    frame: str | None = Field(
+        default=None,
+        max_length=2000,
+        description='A traceback frame as the log shows it, `File ".../sglang/srt/server_args.py", line 1234, '
+        "in _handle_x`, optionally with the source line printed under it. Omitted: the innermost SGLang "
+        "frame of this failure's traceback.",
+    )
+
+
+class ValidationSitesArgs(_Args):
+    query: str = Field(
+        min_length=3,
+        max_length=500,
+        description="An error message (or its start), or words such as `only supported on page_size`.",
+    )
+
+
 class _Tool(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     name: str
@@ -138,6 +156,21 @@ TOOLS: tuple[_Tool, ...] = (
     ),
     _Tool(
         name="check_port", description="Whether a TCP port on this host is free to bind.", args=CheckPortArgs
+    ),
+    _Tool(
+        name="engine_source",
+        description="The SGLang source behind a traceback frame: the statement that raised, the conditions "
+        "around it, the ServerArgs fields it reads mapped to flags with the values this command gives them, "
+        "and +-20 source lines when the engine is installed here (else the statement from the bundled index "
+        "of SGLang's checks). Read as text; nothing is run.",
+        args=EngineSourceArgs,
+    ),
+    _Tool(
+        name="validation_sites",
+        description="SGLang's own validation checks (raise/assert/error sites of argument parsing and "
+        "start-up, indexed for 17 releases) whose message matches an error line or holds the given words: "
+        "file:line, condition, message, the fields they read.",
+        args=ValidationSitesArgs,
     ),
     _Tool(
         name="list_attempts",
@@ -250,9 +283,12 @@ class Toolbox:
         max_chars: int = MAX_RESULT_CHARS,
         inspect_gpus: Callable[[], GpuReport] | None = None,
         host: bool = True,
+        engine: Path | None = None,
     ) -> None:
         self.ctx = ctx
         self.host = host
+        self.engine = engine
+        """The `sglang` package folder of the engine the command runs, when it is installed here."""
         """False when the failure happened elsewhere (a pasted log): this machine is then not probed."""
         self.max_calls = max_calls
         self.max_chars = max_chars
@@ -269,6 +305,8 @@ class Toolbox:
             "nvidia_smi": self._nvidia_smi,
             "inspect_model": self._inspect_model,
             "check_port": self._check_port,
+            "engine_source": self._engine_source,
+            "validation_sites": self._validation_sites,
             "list_attempts": self._list_attempts,
         }
 
@@ -447,6 +485,59 @@ class Toolbox:
         free = port_is_free(args.port)
         text = f"port {args.port} is free" if free else f"port {args.port} is in use: something listens on it"
         return ToolResult(status="ok", text=text)
+
+    # -- engine source -----------------------------------------------------------------------------
+    def _engine_version(self) -> str | None:
+        version = self.ctx.catalog.version
+        return version if re.fullmatch(r"\d+(\.\d+)+(\.?post\d+)?", version) else None
+
+    def _engine_source(self, args: EngineSourceArgs) -> ToolResult:
+        from specdoctor.tools.engine_source.describe import site_text, source_context
+        from specdoctor.tools.engine_source.frames import frame_from_text, parse_frames, raising_frame
+        from specdoctor.tools.engine_source.index import bundled_index
+        from specdoctor.tools.engine_source.lookup import site_for_frame
+        from specdoctor.tools.engine_source.suspects import read_site
+
+        frame = (
+            frame_from_text(args.frame) if args.frame else raising_frame(parse_frames(self.ctx.root.block))
+        )
+        if frame is None or frame.engine_file is None:
+            what = "that frame is not inside SGLang" if args.frame else "the failure has no SGLang frame"
+            return ToolResult(status="no_data", text=what)
+        engine = self.engine if self.host else None
+        version = self._engine_version()
+        found = site_for_frame(frame, version=version, installed=engine)
+        if found is None and version is not None:
+            found = site_for_frame(frame, installed=engine)
+        if found is None:
+            return ToolResult(
+                status="no_data",
+                text=f"no statement known at {frame.engine_file}:{frame.line} in {frame.function}",
+            )
+        index = bundled_index()
+        dests = index.dests(index.release(found.site.release) or index.releases[-1])
+        reading = read_site(found.site, self.ctx.spec, self.ctx.catalog, dests)
+        parts = [found.how, site_text(found.site, reading)]
+        context = source_context(engine, frame.engine_file, frame.line) if engine is not None else None
+        if context is not None:
+            parts.append(untrusted("source", context))
+        else:
+            parts.append("(no installed engine here: the index keeps the statement, not the lines around it)")
+        return ToolResult(status="ok", text="\n".join(parts))
+
+    def _validation_sites(self, args: ValidationSitesArgs) -> ToolResult:
+        from specdoctor.tools.engine_source.describe import site_text
+        from specdoctor.tools.engine_source.match import search_sites
+
+        found = search_sites(args.query, version=self._engine_version())
+        if not found:
+            return ToolResult(status="no_data", text=f"no indexed SGLang check matches {args.query!r}")
+        blocks = []
+        for m in found:
+            score = f"message match {m.score:.2f}; " if m.score else ""
+            releases = f"{score}in sglang {m.releases[0]}..{m.releases[-1]}"
+            blocks.append(f"{site_text(m.site)}\n({releases})")
+        return ToolResult(status="ok", text="\n\n".join(blocks))
 
     def _list_attempts(self, args: NoArgs) -> ToolResult:
         return ToolResult(status="ok" if self.ctx.tried else "no_data", text=ledger_text(self.ctx))

@@ -12,6 +12,7 @@ import pytest
 
 from specdoctor.agent.llm import LLMClient, LLMConfig
 from specdoctor.agent.llm_planner import LLMPlanner, Proposal, build_messages, first_json_object
+from specdoctor.agent.llm_tools import TOOL_NAMES
 from specdoctor.agent.preflight import validate_edits
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.decision import Fix, Stop
@@ -522,7 +523,7 @@ def test_the_tool_call_cap_holds(seed: Context) -> None:
         planner, _ = planner_for(stub, max_tool_calls=2)
         assert isinstance(planner.decide(seed), Fix)
     offered = [[t["function"]["name"] for t in r["tools"]] for r in stub.requests]
-    assert len(offered[0]) == 8 and len(offered[1]) == 8
+    assert len(offered[0]) == len(TOOL_NAMES) + 1 and len(offered[1]) == len(TOOL_NAMES) + 1  # + propose
     assert offered[2] == ["propose"] and offered[3] == ["propose"]
     assert tool_replies(stub.requests[3])[-1] == (
         "[error] tool-call limit reached (2 per decision): give your answer now"

@@ -72,6 +72,8 @@ def test_the_wheel_holds_only_the_specdoctor_package(wheel: Path) -> None:
         "specdoctor/tools/simnode/__main__.py",
         "specdoctor/playbooks/registry.py",
         "specdoctor/tools/data/sglang-help/sglang-0.5.23.txt",
+        "specdoctor/tools/engine_source/lookup.py",
+        "specdoctor/tools/data/engine-source/sglang-checks.json.gz",
     ):
         assert needed in names
 
