@@ -20,6 +20,7 @@ from specdoctor.playbooks.decision import Decision, Fix, Retry, Stop
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.gpu import GpuReport, parse_gpus_description
 from specdoctor.tools.log_cause import RootCause
@@ -106,9 +107,10 @@ def context_for(
     root: RootCause | None = None,
     model: ModelFacts | None = None,
     draft: ModelFacts | None = None,
+    engine_check: Located | str | None = "find",
 ) -> Context:
-    """Everything a planner sees. Model and draft facts are read from their config.json here unless given
-    (replay passes the recorded ones, since the folders need not exist on this machine)."""
+    """Everything a planner sees. Model and draft facts, and the engine check the failure stopped at, are
+    read here unless given (replay passes the recorded ones: the folders need not exist on this machine)."""
     root = root or extract_root_cause(lines)
     view = CommandView(spec, catalog)
     if model is None and draft is None:
@@ -125,7 +127,25 @@ def context_for(
         draft=draft if draft and draft.has_config else None,
         tried=tried,
         findings=report.findings,
+        engine_check=find_engine_check(spec, catalog, [*root.block, *lines])
+        if engine_check == "find"
+        else engine_check,
     )
+
+
+def find_engine_check(spec: LaunchCommand, catalog: FlagCatalog, lines: list[str]) -> Located | None:
+    """The engine check behind the failure: read from the SGLang the command runs when it is installed
+    here (as text, never imported), else from the traceback's own lines or the bundled index."""
+    from specdoctor.tools.catalog_load import installed_engine_folder
+    from specdoctor.tools.engine_source.locate import locate
+
+    folder = installed_engine_folder(spec.entrypoint)
+    # A bundled catalog says nothing of the version that ran: then every indexed release may match.
+    version = catalog.version if folder is not None else None
+    try:
+        return locate(lines, version=version, installed=folder)
+    except (OSError, ValueError):
+        return None
 
 
 def context_from_file(

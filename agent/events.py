@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.gate import Refusal
 from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.gpu import GpuReport
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.outcome import Outcome
@@ -291,6 +292,7 @@ class EvidenceEvent(_Event):
     gpus: GpuReport | None = None
     model: ModelFacts | None = Field(default=None, description="The target's config.json facts.")
     draft: ModelFacts | None = Field(default=None, description="The draft's config.json facts.")
+    engine_check: Located | None = Field(default=None, description="The engine check the failure stopped at.")
 
     @classmethod
     def for_context(cls, attempt: int, ctx: Context) -> EvidenceEvent:
@@ -301,6 +303,7 @@ class EvidenceEvent(_Event):
             gpus=ctx.gpus,
             model=ctx.model,
             draft=ctx.draft,
+            engine_check=ctx.engine_check,
         )
 
 

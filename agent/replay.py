@@ -88,6 +88,7 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
             root=evidence.root_cause,
             model=evidence.model,
             draft=evidence.draft,
+            engine_check=evidence.engine_check,
         )
         today = planner.plan(ctx).decision
         assert today is not None

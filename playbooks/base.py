@@ -17,6 +17,7 @@ from specdoctor.playbooks.decision import Category, Decision, Finding, Fix, Stop
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.gpu import GpuReport
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.outcome import Outcome, OutcomeKind
@@ -39,6 +40,9 @@ class Context:
     draft: ModelFacts | None = None
     tried: tuple[LaunchCommand, ...] = ()
     findings: tuple[Finding, ...] = field(default=())
+    engine_check: Located | None = None
+    """The engine statement the failure was raised at (or whose message the log shows), as the agent found
+    it in the installed engine, the traceback or the bundled index."""
 
     @cached_property
     def view(self) -> CommandView:

@@ -15,6 +15,7 @@ _FAMILIES = (
     "hardware",
     "features",
     "backends",
+    "grounded",
     "engine_bugs",
 )
 

@@ -175,6 +175,16 @@ def installed(interpreter: str, run: bool = True) -> Installed:
     return Installed(interpreter=interpreter, version=None, dist_info=None)
 
 
+def installed_engine_folder(entrypoint: tuple[str, ...]) -> Path | None:
+    """The `sglang` package folder of the python that runs `entrypoint`, from what is cached (nothing runs)."""
+    interpreter = find_interpreter(entrypoint, {})
+    if interpreter is None:
+        return None
+    dist = installed(interpreter, run=False).dist_info
+    folder = Path(dist).parent / "sglang" if dist else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
 def _sys_path(interpreter: str, run: bool = True) -> list[str]:
     """The interpreter's sys.path, cached by interpreter path and mtime (one ~30 ms run the first time)."""
     stamp = _mtime(interpreter)

@@ -1,0 +1,170 @@
+"""Diagnosis read from the engine's own source: the check that stopped SGLang, the ServerArgs fields it
+reads, which of them the command set, and what the check (or its message) allows instead.
+
+The agent finds the check (`Context.engine_check`: from the installed engine, the traceback's quoted line
+or the bundled index); this rule only reads it. It works on failures no other rule was written for:
+- a check that reads a flag the user set away from its default → change that flag as the message says,
+  to a value the check allows, or back to its default;
+- a check whose fields are all at their defaults → not the command's fault: an engine bug (or an
+  unsupported model/hardware) to report, with the facts a bug report needs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.features import _named_in
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.engine_source.index import bundled_index
+from specdoctor.tools.engine_source.remedies import remedies
+from specdoctor.tools.engine_source.suspects import FieldRead, SiteReading, read_site
+
+_CHECKS = ("raise", "assert", "error")
+
+
+@playbook(id="sglang.source.check", category="other", when=("exited", "hung", "unhealthy"), priority=65)
+def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang stopped at one of its own checks: change the flag of the user's that the check reads, or,
+    when it reads none the user set, report an engine bug with the raising site."""
+    located = ctx.engine_check
+    if located is None or located.site.kind not in _CHECKS or ctx.outcome.ready_seen:
+        return None
+    site = located.site
+    release = site.release or ctx.catalog.version
+    index = bundled_index()
+    known = index.release(release)
+    dests = index.dests(known) if known else {}
+    reading = read_site(site, ctx.spec, ctx.catalog, dests)
+    if _culprits(reading):
+        return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
+    if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
+        return _engine_bug(ctx, reading)
+    return None
+
+
+def _in_a_chosen_feature(ctx: Context, reading: SiteReading) -> bool:
+    """The check sits in the code of a feature the command switched on (`--enable-multi-layer-eagle` and
+    `multi_layer_eagle_worker.py`): that code runs only because of the switch, so the command is not
+    blameless even when the check reads nothing the user set."""
+    where = f"{reading.site.file} {reading.site.function}"
+    return any(
+        _named_in(o.name, where) for o in ctx.spec.options() if o.name.startswith(("--enable-", "--use-"))
+    )
+
+
+def _culprits(reading: SiteReading) -> list[FieldRead]:
+    """Flags the user set that the check itself objects to: not the outer conditions that merely put the
+    launch on its path (`tp_size > 1` before a memory check), nor values its comparisons pass."""
+    return [r for r in reading.suspects if not r.guard and r.trips is not False and r.flag]
+
+
+def _where(reading: SiteReading) -> str:
+    site = reading.site
+    release = f"sglang {site.release} " if site.release else ""
+    return f"{release}{site.file}:{site.line} ({site.function})"
+
+
+def _change_a_suspect(
+    ctx: Context, reading: SiteReading, dests: dict[str, str], types: dict[str, str]
+) -> Decision | None:
+    message = ctx.root.error_line or reading.site.template
+    culprits = _culprits(reading)
+    suspects = {r.flag for r in culprits}
+    named = [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None]
+    # The engine's own remedy, when it acts on a flag the check reads and the user set.
+    for edit in named:
+        if getattr(edit, "flag", None) in suspects or getattr(edit, "to", None) in suspects:
+            decision = fix(
+                ctx,
+                [edit],
+                _category(reading),
+                f"SGLang's check at {_where(reading)} failed on {edit.flag}: {ctx.root.error_line or ''}".strip(),
+                why=f"the engine's message says what to do, and {edit.flag} is a flag this command set",
+                evidence=_evidence(ctx, reading),
+                confidence=0.75,
+            )
+            if decision is not None:
+                return decision
+    for read in culprits:
+        decision = _to_allowed_or_default(ctx, reading, read, several=len(culprits) > 1)
+        if decision is not None:
+            return decision
+    return None
+
+
+def _to_allowed_or_default(
+    ctx: Context, reading: SiteReading, read: FieldRead, several: bool
+) -> Decision | None:
+    if read.flag is None:
+        return None
+    allowed = _allowed_value(read)
+    edits: list[Edit] = (
+        [SetFlag(flag=read.flag, values=(allowed,))] if allowed else [RemoveFlag(flag=read.flag)]
+    )
+    what = f"to {allowed}, a value the check accepts" if allowed else "back to SGLang's default"
+    return fix(
+        ctx,
+        edits,
+        _category(reading),
+        f"SGLang's check at {_where(reading)} reads {read.flag}, which this command set to {read.value}",
+        why=f"the check ({reading.site.condition or reading.site.template}) fails on {read.flag} {read.value}; "
+        f"setting it {what} takes the launch off the failing path",
+        evidence=_evidence(ctx, reading),
+        # One suspect the check trips on is a finding; several the user set are a ranking, not a proof.
+        confidence=0.7 if read.trips and not several else 0.55 if not several else 0.45,
+    )
+
+
+def _allowed_value(read: FieldRead) -> str | None:
+    """A literal the check itself accepts for this field, when the flag can take it."""
+    for constraint in read.allowed:
+        if constraint.op in ("in", "==") and constraint.values:
+            value = str(constraint.values[0])
+            if read.choices is None or value in read.choices:
+                return value
+    return None
+
+
+def _engine_bug(ctx: Context, reading: SiteReading) -> Decision:
+    site = reading.site
+    version = site.release or ctx.catalog.version
+    fields = ", ".join(r.flag or r.field for r in reading.reads) or "no flag"
+    return stop(
+        ctx,
+        "engine-bug",
+        f"SGLang stopped at its own check {_where(reading)}, which reads only settings this command leaves at "
+        f"their defaults ({fields}): no flag of the command causes it",
+        f"Report it upstream (sglang {version}) with: the raising site {site.file}:{site.line} "
+        f"({site.function}), the check `{site.condition or site.text}`, the GPU, the command (redacted) and the "
+        "last log lines; or try another SGLang release.",
+        evidence=_evidence(ctx, reading),
+        confidence=0.6,
+    )
+
+
+def _category(reading: SiteReading) -> str:
+    names = " ".join(r.field for r in reading.reads) + " " + reading.site.file
+    for pattern, category in _CATEGORIES:
+        if re.search(pattern, names):
+            return category
+    return "other"
+
+
+_CATEGORIES = (
+    (r"speculative|eagle|draft|ngram|spec_", "spec-config"),
+    (r"attention_backend|attn_backend|/attention/", "attention-backend"),
+    (r"quantiz|fp8|fp4|awq|gptq", "quantization"),
+    (r"cuda_graph|graph_runner", "cuda-graph"),
+    (r"tp_size|pp_size|dp_size|ep_size|nnodes|parallel", "tp-config"),
+    (r"mem_fraction|max_total_tokens|chunked_prefill|memory", "oom"),
+    (r"context_len", "context-length"),
+)
+
+
+def _evidence(ctx: Context, reading: SiteReading) -> tuple[str, ...]:
+    site = reading.site
+    lines = [ctx.root.error_line.strip()] if ctx.root.error_line else []
+    lines.append(f"{site.file}:{site.line}: {site.text}" if site.text else f"{site.file}:{site.line}")
+    return tuple(lines)
