@@ -23,6 +23,7 @@ until the server is healthy and its speculative decoding really works, or say wh
   specdoctor fix -- CMD          the same, asking you before each change
   specdoctor replay FILE         re-run today's planners on a recorded session; report divergences
   specdoctor demo                the whole loop on a built-in simulated 8x H200 node (no GPU needed)
+  specdoctor mcp                 serve these as tools to a coding assistant (MCP over stdio)
 
 CMD is the launch command, e.g. `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`,
 given after `--` as words or as one quoted line."""
@@ -35,6 +36,7 @@ VERBS = {
     "fix": "specdoctor.agent.commands.fix",
     "demo": "specdoctor.agent.commands.demo",
     "replay": "specdoctor.agent.commands.replay",
+    "mcp": "specdoctor.agent.commands.mcp",
 }
 
 

@@ -86,7 +86,7 @@ def test_help_lists_verbs_and_exit_codes():
 
 def test_help_stays_light():
     """`specdoctor --help` builds every verb's options without importing the heavy modules (pydantic, the
-    loop, openai): start-up time is a benchmark figure, this keeps the cause of a regression visible."""
-    code = "import sys; from specdoctor.agent.cli import build_parser; build_parser(); print(sorted(m for m in ('pydantic', 'openai', 'httpx', 'rich', 'specdoctor.agent.loop') if m in sys.modules))"
+    loop, openai, the MCP SDK): start-up time is a benchmark figure, this keeps the cause of a regression visible."""
+    code = "import sys; from specdoctor.agent.cli import build_parser; build_parser(); print(sorted(m for m in ('pydantic', 'openai', 'httpx', 'rich', 'mcp', 'specdoctor.agent.loop') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
