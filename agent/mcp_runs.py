@@ -248,10 +248,10 @@ class RunRegistry:
         from specdoctor.agent.commands.common import allowance, choose_catalog
         from specdoctor.agent.console import ConsoleSink
         from specdoctor.agent.mcp_tools import read_command
-        from specdoctor.agent.redact import redact_text
         from specdoctor.agent.render import Out
         from specdoctor.agent.session import launcher_for, make_run_dir, settings_for
         from specdoctor.tools.dirs import runs_dir
+        from specdoctor.tools.redact import redact_text
 
         spec = read_command(command)
         # deploy launches the command, so its python is read for its flags, as `specdoctor deploy` does.

@@ -20,10 +20,10 @@ from mcp.types import ToolAnnotations
 from specdoctor import __version__
 from specdoctor.agent.mcp_runs import RunRegistry
 from specdoctor.agent.mcp_tools import Diagnoser, check_command, flag_help, gpu_status
-from specdoctor.agent.redact import redact_text
 from specdoctor.tools.catalog_load import CatalogError
 from specdoctor.tools.command import CommandError
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.redact import redact_text
 
 INSTRUCTIONS = """\
 specdoctor checks and diagnoses SGLang launch commands with the flag lists of real SGLang releases and
