@@ -142,10 +142,25 @@ def find_engine_check(spec: LaunchCommand, catalog: FlagCatalog, lines: list[str
     folder = installed_engine_folder(spec.entrypoint)
     # A bundled catalog says nothing of the version that ran: then every indexed release may match.
     version = catalog.version if folder is not None else None
+    # People paste logs inside Markdown fences and quote error lines in backticks.
+    clean = [line.replace("```", "").strip("`'\" ") for line in lines]
     try:
-        return locate(lines, version=version, installed=folder)
+        return locate(clean, version=version, installed=folder) or _message_in_tail(clean, version)
     except (OSError, ValueError):
         return None
+
+
+def _message_in_tail(lines: list[str], version: str | None) -> Located | None:
+    """A log without a traceback or an exception line (an engine message printed bare): the last lines
+    that are one of the engine's own messages."""
+    from specdoctor.tools.engine_source.match import match_message
+
+    for line in reversed([ln for ln in lines if len(ln) >= 20][-12:]):
+        found = match_message(line, version=version)
+        if found is not None:
+            how = f"a log line matches a check of sglang {found.site.release} (score {found.score:.2f})"
+            return Located(site=found.site, how=how, exact=False, releases=found.releases)
+    return None
 
 
 def context_from_file(

@@ -9,7 +9,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
-from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.command import Edit, Option, RemoveFlag, SetFlag
 
 # Words too common in logs to tie an error to one flag.
 _GENERIC = {
@@ -72,11 +72,7 @@ def feature_named_in_error(ctx: Context, m: re.Match[str] | None) -> Decision | 
     if ctx.root.kind not in ("exception", "traceback-cut", "message"):
         return None
     text = ctx.root_text
-    suspects = [
-        o.name
-        for o in ctx.spec.options()
-        if not o.values and o.name.startswith("--enable-") and _named_in(o.name, text)
-    ]
+    suspects = [o.name for o in ctx.spec.options() if _optional(ctx, o) and _named_in(o.name, text)]
     if len(suspects) != 1:
         return None  # none, or several equally likely: not a confident guess
     flag = suspects[0]
@@ -91,6 +87,15 @@ def feature_named_in_error(ctx: Context, m: re.Match[str] | None) -> Decision | 
         why=f"the error names {flag}'s feature; without it the launch takes SGLang's default path",
         confidence=0.6,
     )
+
+
+def _optional(ctx: Context, option: Option) -> bool:
+    """A feature the command switched on: an `--enable-*` switch, or a value given to a flag that is off
+    unless set (its default is none: `--reasoning-parser qwen3`, `--speculative-token-map F`)."""
+    if not option.values:
+        return option.name.startswith("--enable-")
+    flag = ctx.catalog.get(ctx.view.canon(option.name))
+    return flag is not None and flag.default in (None, "None", "", "none")
 
 
 @playbook(

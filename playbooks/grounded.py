@@ -17,6 +17,7 @@ from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.features import _named_in
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
 from specdoctor.tools.engine_source.remedies import remedies
 from specdoctor.tools.engine_source.suspects import FieldRead, SiteReading, read_site
@@ -55,9 +56,15 @@ def _in_a_chosen_feature(ctx: Context, reading: SiteReading) -> bool:
 
 
 def _culprits(reading: SiteReading) -> list[FieldRead]:
-    """Flags the user set that the check itself objects to: not the outer conditions that merely put the
-    launch on its path (`tp_size > 1` before a memory check), nor values its comparisons pass."""
-    return [r for r in reading.suspects if not r.guard and r.trips is not False and r.flag]
+    """The user's flags to change, smallest change first: tuning flags the check objects to, then optional
+    switches of the user's that put the launch on the check's path, then the other flags it objects to.
+    An outer condition on a core setting (`tp_size > 1` before a memory check) is never one."""
+    policy = edit_policy()
+    objected = [r for r in reading.suspects if not r.guard and r.trips is not False and r.flag]
+    switches = [r for r in reading.suspects if r.guard and r.flag and r.value == "true"]
+    tuning = [r for r in objected if policy.flag(r.flag or "").edit_class == "tuning"]
+    ordered = [*tuning, *switches, *(r for r in objected if r not in tuning)]
+    return list({r.field: r for r in reversed(ordered)}.values())[::-1]
 
 
 def _where(reading: SiteReading) -> str:
@@ -71,7 +78,9 @@ def _change_a_suspect(
 ) -> Decision | None:
     message = ctx.root.error_line or reading.site.template
     culprits = _culprits(reading)
-    suspects = {r.flag for r in culprits}
+    # The engine's remedy may act on any flag its check reads (`requires --enable-x`): the name comes from
+    # the engine's source, not from free log text.
+    suspects = {r.flag for r in reading.reads if r.flag}
     named = [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None]
     # The engine's own remedy, when it acts on a flag the check reads and the user set.
     for edit in named:
@@ -99,7 +108,7 @@ def _to_allowed_or_default(
 ) -> Decision | None:
     if read.flag is None:
         return None
-    allowed = _allowed_value(read)
+    allowed = _allowed_value(read, ctx.view.facts.portable_values)
     edits: list[Edit] = (
         [SetFlag(flag=read.flag, values=(allowed,))] if allowed else [RemoveFlag(flag=read.flag)]
     )
@@ -117,14 +126,20 @@ def _to_allowed_or_default(
     )
 
 
-def _allowed_value(read: FieldRead) -> str | None:
-    """A literal the check itself accepts for this field, when the flag can take it."""
-    for constraint in read.allowed:
-        if constraint.op in ("in", "==") and constraint.values:
-            value = str(constraint.values[0])
-            if read.choices is None or value in read.choices:
-                return value
-    return None
+def _allowed_value(read: FieldRead, portable: tuple[str, ...]) -> str | None:
+    """A literal the check itself accepts for this field, when the flag can take it: its default if the
+    check allows that, else one that runs on most hardware (a list of backends often opens with an NPU's)."""
+    allowed = [
+        str(v)
+        for c in read.allowed
+        if c.op in ("in", "==")
+        for v in c.values
+        if read.choices is None or str(v) in read.choices
+    ]
+    ranked = sorted(
+        allowed, key=lambda v: (v != read.default, portable.index(v) if v in portable else len(portable))
+    )
+    return ranked[0] if ranked else None
 
 
 def _engine_bug(ctx: Context, reading: SiteReading) -> Decision:

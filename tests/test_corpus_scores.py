@@ -30,7 +30,7 @@ FLOORS = {
     "corpus": (17, 0),
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
-    "corpus-fresh": (12, 2),
+    "corpus-fresh": (14, 2),
 }
 
 

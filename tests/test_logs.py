@@ -55,11 +55,11 @@ ALL_OUTPUTS = sorted(OUTPUTS.iterdir())
 
 
 def test_every_recorded_launch_output_is_covered() -> None:
-    # REPORT.md §3: 57 real outputs of broken launches, plus two recorded since from the same real SGLang
-    # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing); each has a
-    # header to check against.
+    # REPORT.md §3: 57 real outputs of broken launches, plus four recorded since from the same real SGLang
+    # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, two checks of
+    # its argument validation); each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 59
+    assert len(launches) == 61
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

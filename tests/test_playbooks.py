@@ -400,6 +400,22 @@ SCENARIOS = [
         "attention-backend",
         {"--decode-attention-backend": "*"},
     ),
+    S(
+        "sglang.source.check",
+        f"{PY} --model-path M --device cpu --enable-deterministic-inference --attention-backend torch_native",
+        "sglang-outputs/deterministic-inference-torch-native-backend.rc1.txt",
+        Fix,
+        "attention-backend",
+        {"--attention-backend": "triton"},
+    ),
+    S(
+        "sglang.source.check",
+        f"{PY} --model-path M --device cpu --retraction-policy priority",
+        "sglang-outputs/retraction-policy-priority-without-priority-scheduling.rc1.txt",
+        Fix,
+        "other",
+        {"--enable-priority-scheduling": ""},
+    ),
     S("sglang.memory.host-ram", f"{PY} --model-path M --tp 8", "signature-logs/row-03.txt", Stop, "oom"),
     S(
         "sglang.model.architecture",

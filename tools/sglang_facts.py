@@ -85,6 +85,10 @@ class EngineFacts(BaseModel):
     speculative: SpeculativeFacts
     acceptance: Acceptance
     endpoints: Endpoints = Endpoints()
+    portable_values: tuple[str, ...] = Field(
+        default=("triton", "flashinfer", "fa3", "auto"),
+        description="Backend names that run on most NVIDIA/AMD GPUs, preferred when a check allows several.",
+    )
 
 
 _MTP_TARGETS = (
