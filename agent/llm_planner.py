@@ -220,9 +220,25 @@ def user_prompt(
         untrusted("gpus", gpu_text(ctx.gpus) if ctx.gpus else "not inspected (use nvidia_smi)"),
         untrusted("models", "\n".join(models) or "no model facts"),
         untrusted("preflight", "\n".join(findings) or "no static problem found"),
+        untrusted("engine-check", engine_check_text(ctx)),
         "Diagnose the failure and answer as the rules say.",
     ]
     return "\n".join(sections)
+
+
+def engine_check_text(ctx: Context) -> str:
+    """The engine check the failure stopped at, with the flags it reads ranked: the same grounds the
+    rules read, so the model starts from the engine's source and not from a guess."""
+    located = ctx.engine_check
+    if located is None:
+        return "no engine check located (use engine_source on a traceback frame, or validation_sites)"
+    from specdoctor.tools.engine_source.describe import site_text
+    from specdoctor.tools.engine_source.suspects import read_site
+
+    reading = read_site(located.site, ctx.spec, ctx.catalog)
+    ranked = [f"{r.flag or r.field} = {r.value}" for r in reading.suspects]
+    suspects = "; ".join(ranked) if ranked else "none of the flags it reads is set by the command"
+    return f"{located.how}\n{site_text(located.site, reading)}\nsuspects, most likely first: {suspects}"
 
 
 def outcome_text(ctx: Context) -> str:
@@ -526,7 +542,10 @@ class _Session:
         self.planner = planner
         self.ctx = ctx
         self.config = planner.config
-        self.toolbox = Toolbox(ctx, max_calls=self.config.max_tool_calls, host=planner.host)
+        from specdoctor.tools.catalog_load import installed_engine_folder
+
+        engine = installed_engine_folder(ctx.spec.entrypoint) if planner.host else None
+        self.toolbox = Toolbox(ctx, max_calls=self.config.max_tool_calls, host=planner.host, engine=engine)
         self.messages = build_messages(
             ctx, planner.mode, max_tool_calls=self.config.max_tool_calls, host=planner.host
         )
