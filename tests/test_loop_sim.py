@@ -365,7 +365,10 @@ def test_freeing_simulated_gpus_leaves_no_stale_profile_files() -> None:
 
     launcher = SimulatedLauncher("a100x2-busy", speed=0.05)
     first_report = launcher.gpus()
-    assert launcher.free_gpus(list(first_report.processes)).startswith("stopped 1 process(es)")
+    freed = launcher.free_gpus(list(first_report.processes))
+    assert freed.message.startswith("stopped 1 process(es)") and freed.stopped == (
+        first_report.processes[0].pid,
+    )
     first = Path(launcher.profile_name)
     assert first.is_file() and not launcher.gpus().processes
     launcher.free_gpus([])
