@@ -70,7 +70,9 @@ class ConsoleSink:
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
         self.last_outcome = o.detail
-        self.out.line(f"{self._t(e)} {o.kind.upper()}: {o.detail}", OUTCOME_STYLE.get(o.kind))
+        # A server whose acceptance was not measured is not shown as plainly healthy.
+        shown = "healthy, acceptance unmeasured" if o.acceptance == "unmeasured" else o.kind
+        self.out.line(f"{self._t(e)} {shown.upper()}: {o.detail}", OUTCOME_STYLE.get(shown))
 
     def _decision(self, e: DecisionEvent) -> None:
         d = e.decision

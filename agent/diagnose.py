@@ -26,6 +26,7 @@ from specdoctor.tools.gpu import GpuReport, parse_gpus_description
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.logs import compact, extract_root_cause, scan_file
 from specdoctor.tools.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
+from specdoctor.tools.sglang_facts import facts_for
 from specdoctor.tools.system import ModelFacts
 
 CASE_MAX_BYTES = 64 * MiB
@@ -75,7 +76,11 @@ def outcome_from_log(
         kind = EXIT_KIND_TO_OUTCOME[exit_kind]
     elif re.search(r"\[Errno 98\]", text):
         kind = "hung"
-    elif accept_length is not None and accept_length <= 1.05 and not re.search(r"Traceback|Error:", text):
+    elif (
+        accept_length is not None
+        and accept_length <= facts_for().acceptance.none_accepted
+        and not re.search(r"Traceback|Error:", text)
+    ):
         kind = "degraded"
     else:
         kind = "exited"

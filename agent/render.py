@@ -13,6 +13,7 @@ _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·"
 DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
 OUTCOME_STYLE = {
     "healthy": "bold green",
+    "healthy, acceptance unmeasured": "bold yellow",
     "degraded": "bold yellow",
     "exited": "bold red",
     "hung": "bold red",

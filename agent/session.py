@@ -124,5 +124,6 @@ def settings_for(args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode)
         ),
         when_healthy=when_healthy,
         allow_kill=getattr(args, "allow_kill", False),
+        require_acceptance=getattr(args, "require_acceptance", False),
         log_dir=run_dir,
     )

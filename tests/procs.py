@@ -6,6 +6,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+RUN_TOKEN = "SPECDOCTOR_TEST_RUN"
+"""A variable a test sets to a fresh value so the processes it starts can be told from anyone else's."""
+
+
+def run_token() -> bytes:
+    """`RUN_TOKEN=<value>` as it appears in /proc/<pid>/environ of the processes this test started."""
+    return f"{RUN_TOKEN}={os.environ[RUN_TOKEN]}".encode()
+
 
 def live_processes(match: Callable[[bytes, bytes], bool]) -> list[int]:
     """Pids of live (non-zombie) processes, other than this one, whose (environ, cmdline) match."""

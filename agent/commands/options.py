@@ -120,6 +120,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="may stop other processes that hold the GPUs this launch needs",
     )
     g.add_argument(
+        "--require-acceptance",
+        action="store_true",
+        help="stop (exit 3) when a speculative server's accept length cannot be measured, instead of "
+        "reporting it healthy with its acceptance unmeasured",
+    )
+    g.add_argument(
         "--run-dir",
         metavar="DIR",
         help="where logs, transcript and report go (default ~/.local/state/specdoctor/runs/<time>)",
