@@ -27,7 +27,7 @@ from tests.procs import RUN_TOKEN, live_processes, run_token
 
 SPEED = 0.05
 TRIALS = 20
-AT_ONCE = 4
+AT_ONCE = 5
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -90,7 +90,8 @@ def make_loop(command: str, run_dir: Path, profile: str = "h200x8", **settings) 
     sink = Collect()
     base = dict(
         log_dir=run_dir,
-        watch=WatchSettings(deadlines=StageDeadlines().scaled(SPEED), spec_probes=2),
+        # As `deploy --simulate` sets it: /health is polled on the node's compressed clock too.
+        watch=WatchSettings(deadlines=StageDeadlines().scaled(SPEED), health_poll_s=SPEED, spec_probes=2),
         backoff=Backoff(initial_s=0.3, max_s=1.0, max_restarts=1),
         budget=Budget(max_launches=1, wall_time_s=60),
         when_healthy="stop",
@@ -117,14 +118,33 @@ def healthy_launches(sink: Collect) -> list[tuple[object, str]]:
     ]
 
 
-def two_deploys(models: Path, run_dir: Path, stagger_s: float) -> list[Collect]:
+def node(tmp_path: Path, **inject) -> str:
+    """The h200x8 node with faults injected, as a profile file."""
+    from specdoctor.tools.simnode.profile import load_profile
+
+    profile = load_profile("h200x8").model_dump(mode="json")
+    profile["inject"].update(inject)
+    path = tmp_path / f"h200x8-{uuid.uuid4().hex[:8]}.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def slow_weights(tmp_path_factory) -> str:
+    """Weights take 3 s to load (wall clock), as a real checkpoint takes minutes: a second deploy started
+    0-3 s after the first then passes preflight (the port is not bound yet) and loads while the first
+    serves, which is when another server answers its /health."""
+    return node(tmp_path_factory.mktemp("nodes"), slow_stage={"weights": 3.0})
+
+
+def two_deploys(models: Path, run_dir: Path, stagger_s: float, profile: str) -> list[Collect]:
     """Two deploys of the same command on one port, the second started `stagger_s` after the first."""
     port = find_free_port(40000 + round(stagger_s * 1000))
     command = f"python -m sglang.launch_server --model-path {models / 'tiny-llama'} --port {port}"
     sinks: list[Collect] = []
 
     def deploy(name: str) -> None:
-        loop, sink = make_loop(command, run_dir / name)
+        loop, sink = make_loop(command, run_dir / name, profile)
         sinks.append(sink)
         loop.run()
 
@@ -136,10 +156,12 @@ def two_deploys(models: Path, run_dir: Path, stagger_s: float) -> list[Collect]:
     return sinks
 
 
-def test_two_deploys_on_one_port_never_report_a_false_healthy(models, tmp_path):
+def test_two_deploys_on_one_port_never_report_a_false_healthy(models, tmp_path, slow_weights):
     staggers = [round(3.0 * i / (TRIALS - 1), 2) for i in range(TRIALS)]
     with ThreadPoolExecutor(AT_ONCE) as pool:
-        trials = list(pool.map(lambda s: two_deploys(models, tmp_path / f"trial-{s}", s), staggers))
+        trials = list(
+            pool.map(lambda s: two_deploys(models, tmp_path / f"trial-{s}", s, slow_weights), staggers)
+        )
     false_healthy, true_healthy, conflicts = [], 0, 0
     for stagger, sinks in zip(staggers, trials, strict=True):
         for sink in sinks:
@@ -229,13 +251,7 @@ def spec_command(models: Path, *extra: str) -> str:
 @pytest.fixture
 def unmeasurable(tmp_path) -> str:
     """The h200x8 node, its engine hiding the accept length everywhere but /metrics."""
-    from specdoctor.tools.simnode.profile import load_profile
-
-    profile = load_profile("h200x8").model_dump(mode="json")
-    profile["inject"]["hide_accept_length"] = True
-    path = tmp_path / "unmeasurable.json"
-    path.write_text(json.dumps(profile))
-    return str(path)
+    return node(tmp_path, hide_accept_length=True)
 
 
 def test_unmeasured_acceptance_is_never_called_working(models, tmp_path, unmeasurable):
