@@ -17,7 +17,7 @@ from specdoctor.agent.events import (
     StageEvent,
     StopEvent,
 )
-from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
+from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines, outcome_label
 from specdoctor.tools.command import LaunchCommand, diff
 
 
@@ -70,8 +70,7 @@ class ConsoleSink:
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
         self.last_outcome = o.detail
-        # A server whose acceptance was not measured is not shown as plainly healthy.
-        shown = "healthy, acceptance unmeasured" if o.acceptance == "unmeasured" else o.kind
+        shown = outcome_label(o)
         self.out.line(f"{self._t(e)} {shown.upper()}: {o.detail}", OUTCOME_STYLE.get(shown))
 
     def _decision(self, e: DecisionEvent) -> None:

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.tools.command import DiffLine
+from specdoctor.tools.outcome import Outcome
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
@@ -19,6 +20,11 @@ OUTCOME_STYLE = {
     "hung": "bold red",
     "unhealthy": "bold red",
 }
+
+
+def outcome_label(outcome: Outcome) -> str:
+    """The outcome's name for a person: a server whose acceptance was not measured is not plainly healthy."""
+    return "healthy, acceptance unmeasured" if outcome.acceptance == "unmeasured" else outcome.kind
 
 
 class Out:

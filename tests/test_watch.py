@@ -4,6 +4,8 @@ ports, the real loop. After every test no process this test started may be left.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -269,6 +271,43 @@ def test_require_acceptance_makes_unmeasured_fatal(models, tmp_path, unmeasurabl
     assert result.kind == "stopped" and result.exit_code == 3
     assert "could not be measured, and --require-acceptance makes that fatal" in result.message
     assert sink.of("outcome")[-1].outcome.acceptance == "unmeasured"
+
+
+def test_deploy_shows_and_reports_unmeasured_acceptance(models, tmp_path, unmeasurable):
+    def deploy(run_dir: Path, *options: str) -> subprocess.CompletedProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "specdoctor",
+            "deploy",
+            "--simulate",
+            unmeasurable,
+            "--sim-speed",
+            str(SPEED),
+        ]
+        argv += [
+            "--once",
+            "--no-llm",
+            "--run-dir",
+            str(run_dir),
+            *options,
+            "--",
+            *spec_command(models).split(),
+        ]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    shown = deploy(tmp_path / "shown")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert (
+        "HEALTHY, ACCEPTANCE UNMEASURED: ready and generating, but EAGLE3 acceptance is unmeasured"
+        in shown.stdout
+    )
+    assert "is working" not in shown.stdout  # ("working command:" is the console's label for the command)
+    report = json.loads((tmp_path / "shown" / "report.json").read_text())
+    assert report["result"] == "healthy" and report["attempts"][-1]["acceptance"] == "unmeasured"
+    required = deploy(tmp_path / "required", "--require-acceptance")
+    assert required.returncode == 3, required.stdout + required.stderr
+    assert "--require-acceptance makes that fatal" in required.stdout
 
 
 def test_metrics_measure_what_nothing_else_reports(models, tmp_path, unmeasurable):
