@@ -30,7 +30,7 @@ from specdoctor.tools.health import (
     probe_ready,
 )
 from specdoctor.tools.log_stages import StageChange, StageTracker
-from specdoctor.tools.outcome import Outcome, Ownership
+from specdoctor.tools.outcome import AcceptanceVerdict, Outcome, OutcomeKind, Ownership
 from specdoctor.tools.port_owner import PortOwner, port_owner
 from specdoctor.tools.process import EngineProcess
 from specdoctor.tools.sglang_facts import Acceptance, facts_for
@@ -254,7 +254,7 @@ class _Watch:
         return samples
 
 
-def _spec_verdict(verdict: SpecVerdict, server: Server) -> tuple[str, str, str]:
+def _spec_verdict(verdict: SpecVerdict, server: Server) -> tuple[OutcomeKind, AcceptanceVerdict, str]:
     """(outcome kind, acceptance, detail) of a generating speculative server."""
     if verdict.status == "degraded":
         return "degraded", "none", verdict.message
