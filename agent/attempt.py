@@ -9,7 +9,7 @@ from specdoctor.agent.launcher import Launcher
 from specdoctor.agent.policy import LoopSettings
 from specdoctor.agent.results import Attempt, Stopped
 from specdoctor.agent.spending import Spending
-from specdoctor.agent.watch import watch
+from specdoctor.agent.watch import Server, watch
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.outcome import Outcome
@@ -41,9 +41,8 @@ def watch_attempt(
     started = time.monotonic()
     outcome = watch(
         engine,
-        base_url(view),
+        server_for(view),
         settings.watch,
-        speculative=view.algorithm,
         on_stage=lambda c: bus.emit(
             StageEvent(attempt=attempt.number, stage=c.stage, label=c.label, line=c.line)
         ),
@@ -66,11 +65,27 @@ def watch_attempt(
 
 
 def base_url(view: CommandView) -> str:
-    host = (view.get("--host") or "127.0.0.1").strip("[]")
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
+    host = _client_host(view)
     if ":" in host:
         host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
     return f"http://{host}:{view.int('--port') or 30000}"
+
+
+def server_for(view: CommandView) -> Server:
+    """What the watcher must find: our server at the command's address, judged by its engine's facts."""
+    return Server(
+        url=base_url(view),
+        host=_client_host(view),
+        port=view.int("--port") or 30000,
+        speculative=view.algorithm,
+        metrics=view.has("--enable-metrics"),
+        acceptance=view.facts.acceptance,
+    )
+
+
+def _client_host(view: CommandView) -> str:
+    """The address a client of this server connects to: a wildcard bind is reached on loopback."""
+    host = (view.get("--host") or "127.0.0.1").strip("[]")
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    return "::1" if host == "::" else host

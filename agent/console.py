@@ -18,7 +18,7 @@ from specdoctor.agent.events import (
     StopEvent,
     masked,
 )
-from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines
+from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines, outcome_label
 from specdoctor.tools.command import LaunchCommand, diff
 
 
@@ -73,7 +73,8 @@ class ConsoleSink:
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
         self.last_outcome = o.detail
-        self.out.line(f"{self._t(e)} {o.kind.upper()}: {o.detail}", OUTCOME_STYLE.get(o.kind))
+        shown = outcome_label(o)
+        self.out.line(f"{self._t(e)} {shown.upper()}: {o.detail}", OUTCOME_STYLE.get(shown))
 
     def _decision(self, e: DecisionEvent) -> None:
         d = e.decision

@@ -22,12 +22,16 @@ from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.files import MiB, read_text
 from specdoctor.tools.gpu import GpuReport, parse_gpus_description
 from specdoctor.tools.log_cause import RootCause
 from specdoctor.tools.logs import compact, extract_root_cause, scan_file
 from specdoctor.tools.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
+from specdoctor.tools.sglang_facts import facts_for
 from specdoctor.tools.system import ModelFacts
 
+CASE_MAX_BYTES = 64 * MiB
+"""A case carries its whole log; the corpus's largest is well under 1 MiB."""
 _RUN_START = re.compile(r"server_args=")
 _ACCEPT = re.compile(r"accept[ _]len(?:gth)?[\"']?\s*[:=]\s*([0-9]+(?:\.[0-9]+)?)", re.I)
 
@@ -48,10 +52,8 @@ class CrashCase(BaseModel):
 
 def read_case(path: Path) -> CrashCase:
     try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read case {path}: {exc.strerror}") from None
-    except ValueError as exc:
+        raw = json.loads(read_text(path, "case", CASE_MAX_BYTES))
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
     try:
         return CrashCase.model_validate(raw)
@@ -75,7 +77,11 @@ def outcome_from_log(
         kind = EXIT_KIND_TO_OUTCOME[exit_kind]
     elif re.search(r"\[Errno 98\]", text):
         kind = "hung"
-    elif accept_length is not None and accept_length <= 1.05 and not re.search(r"Traceback|Error:", text):
+    elif (
+        accept_length is not None
+        and accept_length <= facts_for().acceptance.none_accepted
+        and not re.search(r"Traceback|Error:", text)
+    ):
         kind = "degraded"
     else:
         kind = "exited"
@@ -175,10 +181,7 @@ def context_from_file(
 ) -> Context:
     """Like context_for, for a log file of any size (read in bounded memory). `outcome` is what a watcher
     saw; without one it is inferred from the log."""
-    try:
-        summary = scan_file(log)
-    except OSError as exc:
-        raise UsageError(f"cannot read log {log}: {exc.strerror}") from None
+    summary = scan_file(log)  # an unreadable log raises UnreadableFile, a one-line UsageError
     lines = [*summary.root_cause.block, *summary.compact.splitlines()]
     if outcome is None:
         outcome = outcome_from_log(summary.compact.splitlines(), exit_kind, str(log), ready=summary.ready)

@@ -49,8 +49,8 @@ def free_stray_gpus(
     )
     if not (allowed and approver.confirm(f"stop {names}, which hold GPU memory this launch needs?")):
         return False
-    message = launcher.free_gpus(foreign)
-    bus.emit(
-        ApprovalEvent(attempt=attempt, approved=True, by=approver.kind, note=f"freed the GPUs: {message}")
-    )
-    return True
+    freed = launcher.free_gpus(foreign)
+    # Approved, but each process's identity is checked before any signal; nothing stopped is no progress.
+    note = f"freed the GPUs: {freed.message}" if freed.stopped else f"did not free the GPUs: {freed.message}"
+    bus.emit(ApprovalEvent(attempt=attempt, approved=True, by=approver.kind, note=note))
+    return bool(freed.stopped)

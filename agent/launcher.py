@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.foreign import FreedGpus, terminate_foreign
 from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
 from specdoctor.tools.process import EngineProcess
 from specdoctor.tools.redact import is_secret_env
@@ -36,8 +37,8 @@ class Launcher(Protocol):
 
     def gpus(self) -> GpuReport: ...
 
-    def free_gpus(self, processes: list[GpuProcess]) -> str:
-        """Stop processes that hold GPU memory (never ours); say what happened."""
+    def free_gpus(self, processes: list[GpuProcess]) -> FreedGpus:
+        """Stop processes that hold GPU memory (never ours, only engines of this user); say what happened."""
         ...
 
 
@@ -54,10 +55,8 @@ class RealLauncher:
 
         return inspect()
 
-    def free_gpus(self, processes: list[GpuProcess]) -> str:
-        from specdoctor.tools.foreign import terminate_foreign
-
-        return terminate_foreign([p.pid for p in processes])
+    def free_gpus(self, processes: list[GpuProcess]) -> FreedGpus:
+        return terminate_foreign(processes)
 
 
 class SimulatedLauncher:
@@ -93,7 +92,7 @@ class SimulatedLauncher:
         )
         return EngineProcess.start(self.argv(spec), env, log_path, to_file=to_file)
 
-    def free_gpus(self, processes: list[GpuProcess]) -> str:
+    def free_gpus(self, processes: list[GpuProcess]) -> FreedGpus:
         """On the simulated node the stray processes are part of the profile: a copy without them is used."""
         import atexit
         import json
@@ -112,8 +111,10 @@ class SimulatedLauncher:
         self._edited = Path(f.name)
         self.profile_name = f.name
         self.profile = self.profile.model_copy(update={"processes": tuple(kept)})
-        return f"stopped {len(pids)} process(es) on the simulated node: " + ", ".join(
-            str(p) for p in sorted(pids)
+        return FreedGpus(
+            stopped=tuple(sorted(pids)),
+            message=f"stopped {len(pids)} process(es) on the simulated node: "
+            + ", ".join(str(p) for p in sorted(pids)),
         )
 
     def gpus(self) -> GpuReport:

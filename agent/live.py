@@ -32,7 +32,7 @@ from specdoctor.agent.events import (
     ToolCallEvent,
     masked,
 )
-from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE
+from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE, outcome_label
 from specdoctor.playbooks.decision import Decision, Finding, Fix, Stop
 from specdoctor.tools.command import Canon, DiffLine, LaunchCommand, diff
 
@@ -260,8 +260,9 @@ class LiveView:
 
     def _outcome(self, e: OutcomeEvent) -> None:
         o = e.outcome
-        line = Text(f"launch {e.attempt}: {o.kind.upper()} after {duration(o.elapsed_s)}: ")
-        line.stylize(OUTCOME_STYLE.get(o.kind, "bold"))
+        shown = outcome_label(o)
+        line = Text(f"launch {e.attempt}: {shown.upper()} after {duration(o.elapsed_s)}: ")
+        line.stylize(OUTCOME_STYLE.get(shown, "bold"))
         line.append(o.detail)
         self._print(line)
         if o.kind == "healthy" and self.supervise:

@@ -59,7 +59,7 @@ class Loop:
         self.engine: EngineProcess | None = None
         self.spending = Spending(settings.budget, token_budget)
         self.restarts = RestartPolicy(settings.backoff, supervise=settings.when_healthy == "supervise")
-        self.supervisor = Supervisor(settings.when_healthy, bus)
+        self.supervisor = Supervisor(settings.when_healthy, bus, settings.require_acceptance)
         self.reviewer = Reviewer(approver, catalog, bus, llm, self._record)
 
     def run(self) -> LoopResult:

@@ -54,6 +54,11 @@ class LoopSettings(BaseModel):
     watch: WatchSettings = WatchSettings()
     when_healthy: Mode = Field("stop", description="Once the server is healthy: stop, supervise or detach.")
     preflight: bool = Field(True, description="Check and fix the command statically before the first launch.")
+    require_acceptance: bool = Field(
+        False,
+        description="A speculative server whose accept length cannot be measured stops the run (exit 3) "
+        "instead of counting as healthy with its acceptance unmeasured.",
+    )
     allow_kill: bool = Field(
         False, description="May stop processes we did not start that hold the GPUs (after a confirm)."
     )

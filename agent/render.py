@@ -8,17 +8,24 @@ from typing import TextIO
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.tools.command import DiffLine
+from specdoctor.tools.outcome import Outcome
 from specdoctor.tools.redact import redact_text
 
 _MARK = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("·", "cyan")}
 DIFF_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
 OUTCOME_STYLE = {
     "healthy": "bold green",
+    "healthy, acceptance unmeasured": "bold yellow",
     "degraded": "bold yellow",
     "exited": "bold red",
     "hung": "bold red",
     "unhealthy": "bold red",
 }
+
+
+def outcome_label(outcome: Outcome) -> str:
+    """The outcome's name for a person: a server whose acceptance was not measured is not plainly healthy."""
+    return "healthy, acceptance unmeasured" if outcome.acceptance == "unmeasured" else outcome.kind
 
 
 class Out:

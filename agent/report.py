@@ -38,7 +38,7 @@ from specdoctor.agent.events import (
 from specdoctor.playbooks.decision import Category
 from specdoctor.tools.command import Edit
 from specdoctor.tools.errors import UsageError
-from specdoctor.tools.outcome import OutcomeKind
+from specdoctor.tools.outcome import AcceptanceVerdict, OutcomeKind
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -71,6 +71,9 @@ class AttemptReport(BaseModel):
     stage: str | None = Field(default=None, description="Last startup stage reached.")
     exit_code: int | None = None
     accept_length: float | None = None
+    acceptance: AcceptanceVerdict | None = Field(
+        default=None, description="Speculative verdict: working, low, none or unmeasured."
+    )
     diagnosis: Diagnosis | None = None
     approved: bool | None = None
     edits: tuple[Edit, ...] = Field(default=(), description="Edits applied after this attempt.")
@@ -241,6 +244,7 @@ def _attempts(events: list[Event]) -> list[AttemptReport]:
                 stage=o.stage if o else None,
                 exit_code=o.exit_code if o else None,
                 accept_length=o.accept_length if o and o.accept_length is not None else _tail(probes),
+                acceptance=o.acceptance if o else None,
                 diagnosis=_diagnosis(decision),
                 approved=approval.approved if approval else None,
                 edits=edit.edits if edit else (),

@@ -115,15 +115,17 @@ def launcher_for(args: argparse.Namespace) -> Launcher:
 
 def settings_for(args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode) -> LoopSettings:
     simulated = bool(getattr(args, "simulate", None))
-    # The simulated node compresses time; its stage deadlines and backoff shrink with it.
+    # The simulated node compresses time; its stage deadlines, /health polls and backoff shrink with it.
     scale = args.sim_speed if simulated else 1.0
     return LoopSettings(
         budget=Budget(max_launches=args.max_launches, wall_time_s=args.timeout, gpu_minutes=args.gpu_minutes),
         backoff=Backoff(initial_s=max(10.0 * scale, 0.2), max_s=max(300.0 * scale, 1.0)),
         watch=WatchSettings(
-            deadlines=StageDeadlines().scaled(max(scale, 0.05)) if simulated else StageDeadlines()
+            deadlines=StageDeadlines().scaled(max(scale, 0.05)) if simulated else StageDeadlines(),
+            health_poll_s=min(max(scale, 0.05), 1.0),
         ),
         when_healthy=when_healthy,
         allow_kill=getattr(args, "allow_kill", False),
+        require_acceptance=getattr(args, "require_acceptance", False),
         log_dir=run_dir,
     )

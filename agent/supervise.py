@@ -6,7 +6,7 @@ import time
 
 from specdoctor.agent.events import EventBus, OutcomeEvent
 from specdoctor.agent.policy import Mode
-from specdoctor.agent.results import Attempt, Healthy
+from specdoctor.agent.results import Attempt, Healthy, Stopped
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.outcome import Outcome
 from specdoctor.tools.process import EngineProcess
@@ -16,26 +16,35 @@ class Supervisor:
     """Ends the run as the mode says (raises Healthy), or, supervising, returns the crash that ended a
     healthy server so the loop can decide about it like any other failure."""
 
-    def __init__(self, mode: Mode, bus: EventBus) -> None:
-        self.mode, self.bus = mode, bus
+    def __init__(self, mode: Mode, bus: EventBus, require_acceptance: bool = False) -> None:
+        self.mode, self.bus, self.require_acceptance = mode, bus, require_acceptance
         self.healthy_for = 0.0
         """Seconds the last supervised server stayed up."""
 
     def after_healthy(
         self, engine: EngineProcess, attempt: Attempt, command: LaunchCommand, url: str
     ) -> Outcome:
-        assert attempt.outcome is not None
+        outcome = attempt.outcome
+        assert outcome is not None
+        unmeasured = outcome.acceptance == "unmeasured"
+        if unmeasured and self.require_acceptance:
+            raise Stopped(
+                "the server generates, but its speculative acceptance could not be measured, and "
+                f"--require-acceptance makes that fatal: {outcome.detail}",
+                command,
+            )
+        caveat = ", speculative acceptance unmeasured" if unmeasured else ""
         if self.mode == "detach":
             engine.detach()
             raise Healthy(
-                f"the server is healthy and left running (pid {engine.pid})",
+                f"the server is healthy{caveat} and left running (pid {engine.pid})",
                 command,
                 url=url,
                 pid=engine.pid,
                 log_path=str(engine.log_path),
             )
         if self.mode == "stop":
-            raise Healthy(f"the server is healthy: {attempt.outcome.detail}", command, url=url)
+            raise Healthy(f"the server is healthy{caveat}: {outcome.detail}", command, url=url)
         return self._until_exit(engine, attempt)
 
     def _until_exit(self, engine: EngineProcess, attempt: Attempt) -> Outcome:

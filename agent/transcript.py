@@ -33,9 +33,12 @@ from specdoctor.agent.events import (
     specdoctor_version,
 )
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.files import MiB, UnreadableFile, read_bytes
 
 SCHEMA = "specdoctor-transcript"
 VERSION = 1
+TRANSCRIPT_MAX_BYTES = 256 * MiB
+"""A run writes kilobytes per launch; a transcript this big is not one (and would be read whole)."""
 """The transcript format this specdoctor writes and the newest it reads."""
 
 
@@ -232,14 +235,14 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
 
 
 def _read_bytes(p: Path) -> bytes:
+    if p.is_dir():
+        raise TranscriptError(f"{p} is a directory, not a transcript: give the .jsonl file in it")
+    if not p.exists() and not p.is_symlink():
+        raise TranscriptError(f"no transcript at {p}: check the path")
     try:
-        if p.is_dir():
-            raise TranscriptError(f"{p} is a directory, not a transcript: give the .jsonl file in it")
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TranscriptError(f"no transcript at {p}: check the path") from None
-    except OSError as exc:
-        raise TranscriptError(f"cannot read the transcript {p}: {exc.strerror or exc}") from None
+        data = read_bytes(p, "transcript", TRANSCRIPT_MAX_BYTES)
+    except UnreadableFile as exc:
+        raise TranscriptError(f"cannot read the transcript {p}: {exc.reason}") from None
     if not data.strip():
         raise TranscriptError(f"{p} is empty: not a specdoctor transcript (a run writes its header first)")
     return data

@@ -1,8 +1,12 @@
 """Watch one launch until it is healthy, dead, stuck, or serving badly, and say which (an Outcome).
 
 A crash is noticed the moment the process ends (or prints a line after which SGLang hangs), not after a
-health timeout; a hang is a stage that stops printing for longer than that stage may take; "healthy"
-needs a real generation, and for speculative launches an accept length clearly above 1.0.
+health timeout; a hang is a stage that stops printing for longer than that stage may take. "Healthy" needs
+the server that answers to be ours: the port's listening socket held by our engine's processes (where the
+host cannot say, our own log's bind line), and our log never saying the port was taken; another server on
+the same port answers `/health` too. Then a real generation, and for speculative launches a measured accept
+length, judged against the algorithm's level in the SGLang facts table: `working`, `low` (kept and
+reported), none accepted (`degraded`), or `unmeasured` (never called working).
 """
 
 from __future__ import annotations
@@ -13,16 +17,27 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.tools.engines import SGLANG
 from specdoctor.tools.health import (
+    GenerateCheck,
+    HealthError,
     HealthPolicy,
+    SpecVerdict,
     accept_length,
     check_generate,
     judge_speculation,
+    metrics_accept_length,
     probe_ready,
 )
 from specdoctor.tools.log_stages import StageChange, StageTracker
-from specdoctor.tools.outcome import Outcome
+from specdoctor.tools.outcome import AcceptanceVerdict, Outcome, OutcomeKind, Ownership
+from specdoctor.tools.port_owner import PortOwner, port_owner
 from specdoctor.tools.process import EngineProcess
+from specdoctor.tools.sglang_facts import Acceptance, facts_for
+
+_STAGE_IDS = [stage.id for stage in SGLANG.stages]
+_BOUND_STAGES = frozenset(_STAGE_IDS[_STAGE_IDS.index("http") :])
+"""Stages reached only after uvicorn printed `Uvicorn running on`, which it does once its bind succeeded."""
 
 
 class StageDeadlines(BaseModel):
@@ -60,72 +75,209 @@ class WatchSettings(BaseModel):
     spec_probes: int = Field(3, ge=1, description="Generations used to measure the accept length.")
 
 
+class Server(BaseModel):
+    """The server a launch should bring up: where it answers, and what "working" means for it."""
+
+    model_config = ConfigDict(frozen=True)
+    url: str
+    host: str = Field(description="The address clients connect to (a wildcard bind is reached on loopback).")
+    port: int
+    speculative: str | None = Field(None, description="--speculative-algorithm as SGLang resolves it.")
+    metrics: bool = Field(False, description="--enable-metrics: /metrics reports sglang:spec_accept_length.")
+    acceptance: Acceptance = Field(
+        default_factory=lambda: facts_for().acceptance, description="Accept-length levels per algorithm."
+    )
+
+
 def watch(
     engine: EngineProcess,
-    base_url: str,
+    server: Server,
     settings: WatchSettings,
     *,
-    speculative: str | None,
     on_stage: Callable[[StageChange], None] = lambda change: None,
     deadline_at: float | None = None,
 ) -> Outcome:
     """Block until the launch's fate is known. `deadline_at` (monotonic) is the run's wall budget."""
-    lines: queue.Queue[str] = queue.Queue()
-    unsubscribe = engine.subscribe(lines.put, replay=True)
-    tracker = StageTracker()
-    started = time.monotonic()
-    next_probe = started
-    try:
-        while True:
-            now = time.monotonic()
-            _drain(lines, tracker, on_stage)
-            code = engine.poll()
-            if code is not None:
-                _drain(lines, tracker, on_stage)
-                return _ended(tracker, code, now - started, engine)
-            if tracker.fatal_line:
-                return _outcome(
-                    tracker,
-                    "hung",
-                    f"SGLang printed a fatal line and will not recover: {tracker.fatal_line}",
-                    now - started,
-                    engine,
-                )
-            if tracker.ready or (now >= next_probe and probe_ready(base_url, timeout=2.0).state == "ready"):
-                return _judge(engine, tracker, base_url, settings, speculative, now - started)
-            next_probe = now + settings.health_poll_s if now >= next_probe else next_probe
-            quiet = tracker.seconds_since_progress(now)
-            limit = settings.deadlines.for_stage(tracker.stage)
-            if quiet > limit:
-                return _outcome(
-                    tracker,
-                    "hung",
-                    f"no progress for {quiet:.0f} s in stage `{tracker.stage_label}` (limit {limit:.0f} s)",
-                    now - started,
-                    engine,
-                )
-            if deadline_at is not None and now > deadline_at:
-                return _outcome(
-                    tracker,
-                    "hung",
-                    "the run's wall-time budget ran out during startup",
-                    now - started,
-                    engine,
-                )
-            time.sleep(settings.poll_s)
-    finally:
-        unsubscribe()
+    return _Watch(engine, server, settings, on_stage, deadline_at).run()
 
 
-def _drain(lines: queue.Queue[str], tracker: StageTracker, on_stage: Callable[[StageChange], None]) -> None:
-    while True:
+class _Watch:
+    def __init__(
+        self,
+        engine: EngineProcess,
+        server: Server,
+        settings: WatchSettings,
+        on_stage: Callable[[StageChange], None],
+        deadline_at: float | None,
+    ) -> None:
+        self.engine, self.server, self.settings = engine, server, settings
+        self.on_stage, self.deadline_at = on_stage, deadline_at
+        self.tracker = StageTracker()
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.started = self.next_probe = time.monotonic()
+        self.ready_line_seen = False
+        self.foreign: PortOwner | None = None
+        """The last answer on our port that came from another process."""
+        self.unknown_owner: str | None = None
+        """Why the port's owner could not be read, when it could not."""
+
+    def run(self) -> Outcome:
+        unsubscribe = self.engine.subscribe(self.lines.put, replay=True)
         try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            return
-        change = tracker.feed(line)
-        if change is not None:
-            on_stage(change)
+            while (outcome := self._step(time.monotonic())) is None:
+                time.sleep(self.settings.poll_s)
+            return outcome
+        finally:
+            unsubscribe()
+
+    def _step(self, now: float) -> Outcome | None:
+        self._drain()
+        code = self.engine.poll()
+        if code is not None:
+            self._drain()
+            return _ended(self.tracker, code, now - self.started, self.engine)
+        if self.tracker.fatal_line:
+            return self._fatal(now)
+        if self._answers(now) and (ownership := self._ownership()) is not None:
+            outcome = self._judge(now - self.started, ownership)
+            self._drain()
+            # Our log saying the port was taken outweighs any answer: that answer was not ours.
+            return self._fatal(now) if self.tracker.fatal_line else outcome
+        return self._overdue(now)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            change = self.tracker.feed(line)
+            if change is not None:
+                self.on_stage(change)
+
+    def _answers(self, now: float) -> bool:
+        """Whether a server says it is ready on our URL: at once when our log says so, else /health, asked
+        at most every `health_poll_s`."""
+        if self.tracker.ready and not self.ready_line_seen:
+            self.ready_line_seen, self.next_probe = True, now
+        if now < self.next_probe:
+            return False
+        self.next_probe = now + self.settings.health_poll_s
+        return self.tracker.ready or probe_ready(self.server.url, timeout=2.0).state == "ready"
+
+    def _ownership(self) -> Ownership | None:
+        """How the answering server is known to be ours, or None (remembered for the outcome) if it is not."""
+        pids = [self.engine.pid, *(p.pid for p in self.engine.processes())]
+        owner = port_owner(self.server.host, self.server.port, pids)
+        if owner.state == "ours":
+            return "process"
+        if owner.state == "unknown":
+            self.unknown_owner = owner.detail
+            return "log" if self.tracker.stage in _BOUND_STAGES else None
+        self.foreign = owner
+        return None
+
+    def _fatal(self, now: float) -> Outcome:
+        detail = f"SGLang printed a fatal line and will not recover: {self.tracker.fatal_line}"
+        if self.foreign is not None:
+            detail += f"; what answered on {self.server.url} was another server ({self.foreign.detail})"
+        return _outcome(self.tracker, "hung", detail, now - self.started, self.engine)
+
+    def _overdue(self, now: float) -> Outcome | None:
+        quiet = self.tracker.seconds_since_progress(now)
+        limit = self.settings.deadlines.for_stage(self.tracker.stage)
+        if quiet > limit:
+            detail = (
+                f"no progress for {quiet:.0f} s in stage `{self.tracker.stage_label}` (limit {limit:.0f} s)"
+            )
+        elif self.deadline_at is not None and now > self.deadline_at:
+            detail = "the run's wall-time budget ran out during startup"
+        else:
+            return None
+        if self.foreign is not None:
+            detail += f"; meanwhile another server answered on {self.server.url} ({self.foreign.detail})"
+        return _outcome(self.tracker, "hung", detail, now - self.started, self.engine)
+
+    def _judge(self, elapsed: float, ownership: Ownership) -> Outcome:
+        """Ready, and ours; now prove it: a real generation, and for speculation a real accept length."""
+        algorithm = self.server.speculative
+        tokens = self.settings.health.generation_tokens
+        check = check_generate(self.server.url, speculative=algorithm is not None, max_new_tokens=tokens)
+        tracker, engine = self.tracker, self.engine
+        if not check.ok:
+            if (code := engine.poll()) is not None:
+                return _ended(tracker, code, elapsed, engine)
+            detail = f"ready, but generation fails: {check.message}"
+            return _outcome(tracker, "unhealthy", detail, elapsed, engine, ownership=ownership)
+        note = self._ownership_note(ownership)
+        if algorithm is None:
+            detail = f"ready and generating ({check.message}){note}"
+            return _outcome(tracker, "healthy", detail, elapsed, engine, ownership=ownership)
+        verdict = judge_speculation(self._accept_samples(check), algorithm, self.server.acceptance)
+        kind, acceptance, detail = _spec_verdict(verdict, self.server)
+        return _outcome(
+            tracker,
+            kind,
+            detail + note,
+            elapsed,
+            engine,
+            ownership=ownership,
+            acceptance=acceptance,
+            accept_length=verdict.accept_length,
+        )
+
+    def _ownership_note(self, ownership: Ownership) -> str:
+        if ownership == "process":
+            return ""
+        return f" [port owner not checked: {self.unknown_owner}; trusted our log's bind line]"
+
+    def _accept_samples(self, first: GenerateCheck) -> list[float]:
+        """Accept lengths: per request first, then the server's averages (/server_info, /metrics), then
+        the log's decode lines; whichever answers first."""
+        url, tokens = self.server.url, self.settings.health.generation_tokens
+        samples = [first.spec_accept_length] if first.spec_accept_length is not None else []
+        for _ in range(self.settings.spec_probes - 1):
+            more = check_generate(url, speculative=True, max_new_tokens=tokens)
+            if more.ok and more.spec_accept_length is not None:
+                samples.append(more.spec_accept_length)
+        sources = [accept_length, *([metrics_accept_length] if self.server.metrics else [])]
+        for source in sources:
+            if samples:
+                break
+            try:
+                value = source(url)
+            except HealthError:
+                value = None
+            samples = [value] if value is not None else []
+        if not samples and self.tracker.accept_length is not None:
+            samples = [self.tracker.accept_length]
+        return samples
+
+
+def _spec_verdict(verdict: SpecVerdict, server: Server) -> tuple[OutcomeKind, AcceptanceVerdict, str]:
+    """(outcome kind, acceptance, detail) of a generating speculative server."""
+    if verdict.status == "degraded":
+        return "degraded", "none", verdict.message
+    if verdict.status == "low":
+        return "healthy", "low", f"ready and generating; {verdict.message}"
+    if verdict.status == "working":
+        return "healthy", "working", verdict.message
+    where = (
+        "/generate, /server_info, /metrics or the log"
+        if server.metrics
+        else "/generate, /server_info or the log"
+    )
+    hint = (
+        ""
+        if server.metrics
+        else "; launch with --enable-metrics so /metrics reports sglang:spec_accept_length"
+    )
+    return (
+        "healthy",
+        "unmeasured",
+        f"ready and generating, but {server.speculative} acceptance is unmeasured: no accept length in {where}"
+        f" (is speculative decoding on?){hint}",
+    )
 
 
 def _outcome(
@@ -155,44 +307,3 @@ def _ended(tracker: StageTracker, code: int, elapsed: float, engine: EngineProce
         exit_code=code,
         parse_error=code == 2,
     )
-
-
-def _judge(
-    engine: EngineProcess,
-    tracker: StageTracker,
-    base_url: str,
-    settings: WatchSettings,
-    speculative: str | None,
-    elapsed: float,
-) -> Outcome:
-    """Ready by its own account; now prove it: a real generation, and a real accept length."""
-    check = check_generate(
-        base_url, speculative=speculative is not None, max_new_tokens=settings.health.generation_tokens
-    )
-    if not check.ok:
-        if engine.poll() is not None:
-            return _ended(tracker, engine.poll() or 0, elapsed, engine)
-        return _outcome(
-            tracker, "unhealthy", f"ready, but generation fails: {check.message}", elapsed, engine
-        )
-    if speculative is None:
-        return _outcome(tracker, "healthy", f"ready and generating ({check.message})", elapsed, engine)
-    samples = [check.spec_accept_length] if check.spec_accept_length is not None else []
-    for _ in range(settings.spec_probes - 1):
-        more = check_generate(base_url, speculative=True, max_new_tokens=settings.health.generation_tokens)
-        if more.ok and more.spec_accept_length is not None:
-            samples.append(more.spec_accept_length)
-    if not samples:
-        try:
-            server_side = accept_length(base_url)
-        except Exception:
-            server_side = None
-        samples = [server_side] if server_side is not None else []
-    if not samples and tracker.accept_length is not None:
-        samples = [tracker.accept_length]
-    verdict = judge_speculation(samples, speculative, expected_min=settings.health.min_accept_length)
-    if verdict.status == "unknown":
-        detail = f"ready and generating, but no accept length was reported for {speculative}: check that speculative decoding is on"
-        return _outcome(tracker, "healthy", detail, elapsed, engine)
-    kind = "degraded" if verdict.status == "degraded" else "healthy"
-    return _outcome(tracker, kind, verdict.message, elapsed, engine, accept_length=verdict.accept_length)

@@ -11,9 +11,6 @@ from specdoctor.playbooks.spec_checks import chain_drafting, check_speculative
 from specdoctor.playbooks.translate import kind_from_name
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
-DEGRADED_MAX = 1.05
-"""An accept length this close to 1.0 means every drafted token is rejected."""
-
 
 def _first_finding(ctx: Context, *codes: str) -> Finding | None:
     """The first fixable finding of the static speculative checks with one of these codes."""
@@ -42,9 +39,12 @@ def _from_finding(ctx: Context, f: Finding, evidence: tuple[str, ...] = ()) -> D
 def accept_length_one(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The server answers but every draft token is rejected: the drafter does not match the algorithm."""
     accept = ctx.outcome.accept_length
-    if accept is None or accept > DEGRADED_MAX:
+    # At or under the facts table's "none accepted" level every drafted token is rejected.
+    if accept is None or accept > ctx.view.facts.acceptance.none_accepted:
         return None
     evidence = ctx.evidence(r"accept[ _]len", r"spec_accept_length") or (f"accept length {accept:.2f}",)
+    if ctx.view.algorithm == "NGRAM":
+        return _ngram_accepts_nothing(ctx, accept, evidence)
     mismatch = _first_finding(ctx, "eagle3-draft-as-eagle", "eagle-draft-as-eagle3")
     if mismatch is not None:
         return _from_finding(ctx, mismatch, evidence)
@@ -73,6 +73,21 @@ def accept_length_one(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"speculative decoding runs but accepts nothing (accept length {accept:.2f}): the draft does not predict this target",
         "Use a draft trained for this exact target model (same tokenizer and hidden size); check that the "
         "algorithm matches the draft (EAGLE3 for EAGLE-3 heads).",
+        evidence=evidence,
+        confidence=0.6,
+    )
+
+
+def _ngram_accepts_nothing(ctx: Context, accept: float, evidence: tuple[str, ...]) -> Decision | None:
+    """NGRAM has no draft model to retrain: it copies drafts from earlier text of the same request."""
+    return stop(
+        ctx,
+        "spec-draft-mismatch",
+        f"NGRAM speculative decoding runs but accepts nothing (accept length {accept:.2f}): the text it saw "
+        "repeats nothing it could copy",
+        "NGRAM pays off where outputs repeat their input (code edits, retrieval, summaries that quote): measure "
+        "it on your real requests. For general text use a draft model trained for this target (EAGLE3), or "
+        "launch without speculative decoding.",
         evidence=evidence,
         confidence=0.6,
     )

@@ -31,7 +31,11 @@ from specdoctor.playbooks.decision import Category, Decision
 from specdoctor.tools.command import Edit
 from specdoctor.tools.dirs import config_dir
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.files import MiB, UnreadableFile, read_text
 from specdoctor.tools.outcome import OutcomeKind
+
+PLAYBOOK_MAX_BYTES = 4 * MiB
+"""Rules are written by hand; a bigger file is not a playbook file."""
 
 
 class PlaybookFileError(UsageError):
@@ -99,9 +103,9 @@ class UserRule(BaseModel):
 
 def load_file(path: Path) -> list[Playbook]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlaybookFileError(f"{path}: cannot read it ({exc.strerror})") from None
+        text = read_text(path, "playbook file", PLAYBOOK_MAX_BYTES)
+    except UnreadableFile as exc:
+        raise PlaybookFileError(f"{path}: cannot read it ({exc.reason})") from None
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:

@@ -9,6 +9,12 @@ from pathlib import Path
 TEST_TOKEN = "TEST_RUN_TOKEN"
 """Set to a fresh value for each test (conftest); every process the test starts inherits it, so a
 leftover check counts only this test's processes, not another checkout's or a user's demo."""
+RUN_TOKEN = TEST_TOKEN
+
+
+def run_token() -> bytes:
+    """`TEST_TOKEN=<value>` as it appears in /proc/<pid>/environ of the processes this test started."""
+    return f"{TEST_TOKEN}={os.environ[TEST_TOKEN]}".encode()
 
 
 def live_processes(match: Callable[[bytes, bytes], bool], this_test_only: bool = True) -> list[int]:

@@ -25,9 +25,11 @@ from specdoctor.tools.health import (
     accept_length,
     check_generate,
     judge_speculation,
+    metrics_accept_length,
     probe_ready,
     wait_ready,
 )
+from specdoctor.tools.sglang_facts import Acceptance, facts_for
 
 OUTPUTS = Path(__file__).parent / "data" / "sglang-outputs"
 
@@ -38,6 +40,13 @@ def recorded_body(title: str) -> dict[str, Any]:
     start = next(i for i, line in enumerate(lines) if line.startswith(f"=== {title}"))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=== ")), len(lines))
     return json.loads(next(line for line in reversed(lines[start:end]) if line.startswith("{")))
+
+
+def recorded_metrics() -> str:
+    """The `sglang:` lines of the recorded `/metrics` after traffic: the body without its comments."""
+    text = (OUTPUTS / "serve-serve-endpoints.txt").read_text(encoding="utf-8")
+    section = text.split("=== GET /metrics (sglang: lines, after traffic)\n", 1)[1].split("\n=== ", 1)[0]
+    return section.rstrip("\n") + "\n"
 
 
 MODELS = recorded_body("GET /v1/models")
@@ -69,6 +78,7 @@ class FakeSglang:
         self.chat: list[int] = [200]
         self.server_info: list[int] = [200]
         self.spec_verify_ct: int | None = None
+        self.metrics: str | None = None
         self.internal_states: list[dict[str, Any]] = copy.deepcopy(SERVER_INFO["internal_states"])
         self.requests: list[tuple[str, str, dict[str, Any] | None]] = []
         self.lock = threading.Lock()
@@ -82,7 +92,7 @@ class FakeSglang:
 
     def answer(
         self, method: str, path: str, body: dict[str, Any] | None
-    ) -> tuple[int, dict[str, Any] | None]:
+    ) -> tuple[int, dict[str, Any] | str | None]:
         with self.lock:
             self.requests.append((method, path, body))
             if path == "/health":
@@ -95,6 +105,8 @@ class FakeSglang:
                 return self._generate(body or {})
             if path == "/v1/chat/completions" and method == "POST":
                 return self._chat(body or {})
+            if path == "/metrics":
+                return (200, self.metrics) if self.metrics is not None else (404, {"detail": "Not Found"})
             if path in ("/server_info", "/get_server_info"):
                 status = self.next_status("server_info") if path == "/server_info" else 200
                 return status, {**SERVER_INFO, "internal_states": self.internal_states}
@@ -132,13 +144,14 @@ def make_handler(fake: FakeSglang) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length", 0))
             self._reply(fake.answer("POST", self.path, json.loads(self.rfile.read(length) or b"{}")))
 
-        def _reply(self, answer: tuple[int, dict[str, Any] | None]) -> None:
+        def _reply(self, answer: tuple[int, dict[str, Any] | str | None]) -> None:
             status, body = answer
-            data = json.dumps(body).encode() if body is not None else b""
+            text = isinstance(body, str)
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode() if body else b""
             self.send_response(status)
             self.send_header("content-length", str(len(data)))
             if body is not None:
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", "text/plain; version=0.0.4" if text else "application/json")
             self.end_headers()
             self.wfile.write(data)
 
@@ -355,17 +368,58 @@ def test_verdicts() -> None:
 
     assert (working.status, working.accept_length) == ("working", 2.4)
     assert "2.40" in working.message
-    assert (low.status, low.accept_length, low.samples) == ("degraded", 1.15, 2)
-    assert "1.15 is below 1.30" in low.message
+    # Low but above "none accepted": it works, weakly; reported, never a reason to call the server degraded.
+    assert (low.status, low.accept_length, low.samples) == ("low", 1.15, 2)
+    assert "1.15 is below 1.30" in low.message and "working" not in low.message.split(": ")[-1]
     assert (none.status, none.accept_length) == ("unknown", None)
     assert off.status == "unknown" and "not enabled" in off.message
     assert (too_few.status, too_few.samples) == ("unknown", 2)
-    assert judge_speculation([1.5], "EAGLE3", expected_min=2.0).status == "degraded"
+    stricter = Acceptance(working={"EAGLE3": 2.0})
+    assert judge_speculation([1.5], "EAGLE3", acceptance=stricter).status == "low"
+    assert judge_speculation([1.04], "EAGLE3", acceptance=stricter).status == "degraded"
+
+
+def test_levels_are_per_algorithm_from_the_facts_table() -> None:
+    levels = facts_for("0.5.23").acceptance
+    assert (levels.none_accepted, levels.working_for("EAGLE3"), levels.working_for("NGRAM")) == (
+        1.05,
+        1.3,
+        1.1,
+    )
+    ngram = judge_speculation([1.2], "NGRAM")
+    eagle = judge_speculation([1.2], "EAGLE3")
+    assert (ngram.status, ngram.threshold) == ("working", 1.1)  # a working NGRAM at 1.2 is not degraded
+    assert (eagle.status, eagle.threshold) == ("low", 1.3)
+    useless = judge_speculation([1.0], "NGRAM")
+    assert (
+        useless.status == "degraded" and "train" not in useless.message and "copies drafts" in useless.message
+    )
 
 
 def test_policy_rejects_impossible_limits() -> None:
-    assert HealthPolicy().min_accept_length == 1.3
-    with pytest.raises(ValidationError):
-        HealthPolicy(min_accept_length=0.5)
     with pytest.raises(ValidationError):
         HealthPolicy(generation_tokens=0)
+    assert "min_accept_length" not in HealthPolicy.model_fields  # the levels live in sglang_facts only
+
+
+def test_metrics_of_a_server_without_speculation(fake: FakeSglang, base_url: str) -> None:
+    # SGLang exports the gauge at 0.0 without speculative decoding (recorded): that is no measurement.
+    fake.metrics = recorded_metrics()
+    assert "sglang:spec_accept_length{" in fake.metrics
+    assert metrics_accept_length(base_url) is None
+
+
+def test_metrics_accept_length_is_the_mean_over_ranks(fake: FakeSglang, base_url: str) -> None:
+    line = next(x for x in recorded_metrics().splitlines() if x.startswith("sglang:spec_accept_length{"))
+    rank1 = line.replace('tp_rank="0"', 'tp_rank="1"').replace(" 0.0", " 3.0")
+    fake.metrics = recorded_metrics().replace(line, line.replace(" 0.0", " 2.0") + "\n" + rank1)
+    assert metrics_accept_length(base_url) == 2.5
+
+
+def test_metrics_off_or_unreadable(fake: FakeSglang, base_url: str, closed_port_url: str) -> None:
+    assert metrics_accept_length(base_url) is None  # 404: launched without --enable-metrics
+    fake.metrics = "sglang:spec_accept_length{tp_rank=0} not-a-number\n"
+    with pytest.raises(HealthError, match="not Prometheus text"):
+        metrics_accept_length(base_url)
+    with pytest.raises(HealthError, match="cannot read"):
+        metrics_accept_length(closed_port_url, retries=1)

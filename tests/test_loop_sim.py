@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,21 +26,28 @@ from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.edit_policy import Allowance
 from specdoctor.tools.reaper import MARKER_VARIABLE
 from specdoctor.tools.system import find_free_port
-from tests.procs import live_processes
+from tests.procs import RUN_TOKEN, live_processes, run_token
 
 DEMO_MODELS = Path(__file__).resolve().parent.parent / "agent" / "data" / "demo"
 SPEED = 0.05
 
 
 def our_processes() -> list[int]:
-    """Processes started by specdoctor launches (they carry the engine marker) or the simulated node."""
+    """Processes this test started through specdoctor launches (they carry the engine marker) or the
+    simulated node: only those whose environment holds this test's token, so another test run on the same
+    machine is never counted."""
     return live_processes(
-        lambda env, cmd: MARKER_VARIABLE.encode() in env or b"specdoctor.tools.simnode" in cmd
+        lambda env, cmd: (
+            (MARKER_VARIABLE.encode() in env or b"specdoctor.tools.simnode" in cmd)
+            and run_token() in env.split(b"\0")
+        )
     )
 
 
 @pytest.fixture(autouse=True)
-def no_leftovers():
+def no_leftovers(monkeypatch):
+    # Every process a test starts inherits this environment, the simulated node and the reaper included.
+    monkeypatch.setenv(RUN_TOKEN, uuid.uuid4().hex)
     yield
     deadline = time.time() + 10
     while our_processes() and time.time() < deadline:
@@ -374,7 +382,10 @@ def test_freeing_simulated_gpus_leaves_no_stale_profile_files() -> None:
 
     launcher = SimulatedLauncher("a100x2-busy", speed=0.05)
     first_report = launcher.gpus()
-    assert launcher.free_gpus(list(first_report.processes)).startswith("stopped 1 process(es)")
+    freed = launcher.free_gpus(list(first_report.processes))
+    assert freed.message.startswith("stopped 1 process(es)") and freed.stopped == (
+        first_report.processes[0].pid,
+    )
     first = Path(launcher.profile_name)
     assert first.is_file() and not launcher.gpus().processes
     launcher.free_gpus([])

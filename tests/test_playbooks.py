@@ -531,6 +531,32 @@ def test_every_builtin_playbook_is_tested_on_a_real_log():
     assert not missing, f"playbooks without a real-log test: {missing}"
 
 
+def test_an_ngram_that_accepts_nothing_is_not_told_to_train_a_draft():
+    # NGRAM has no draft model: it copies from earlier text, so its advice is about the workload.
+    lines = real_log("corpus:eagle-algo-with-eagle3-draft-accept-1")
+    spec = LaunchCommand.parse(f"{PY} --model-path M --speculative-algorithm NGRAM")
+    ctx = context_for(spec, CAT, lines, outcome=outcome_from_log(lines, "runs-but-degraded"))
+    decision = decide(ctx)
+    assert isinstance(decision, Stop) and decision.playbook == "sglang.spec.accept-length-one"
+    assert decision.summary.startswith(
+        "NGRAM speculative decoding runs but accepts nothing (accept length 1.00)"
+    )
+    assert "draft" not in decision.summary and "trained for this exact target" not in decision.advice
+    assert "repeat their input" in decision.advice
+
+
+def test_a_low_but_working_acceptance_is_not_a_failure_for_the_playbook():
+    # 1.2 is above "none accepted" (1.05): accept-length-one does not claim it, whatever the algorithm.
+    lines = [
+        ln.replace("accept_len: 1.00", "accept_len: 1.20")
+        for ln in real_log("corpus:eagle-algo-with-eagle3-draft-accept-1")
+    ]
+    spec = LaunchCommand.parse(f"{PY} --model-path M --speculative-algorithm NGRAM")
+    ctx = context_for(spec, CAT, lines, outcome=outcome_from_log(lines, "runs-but-degraded"))
+    assert ctx.outcome.accept_length == pytest.approx(1.2)
+    assert decide(ctx).playbook != "sglang.spec.accept-length-one"
+
+
 def test_nothing_close_means_no_confident_guess():
     spec = LaunchCommand.parse(f"{PY} --model-path M")
     lines = ["[2026-01-01 00:00:00] Everything looked fine until the process vanished without a word."]

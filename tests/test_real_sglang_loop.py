@@ -12,30 +12,32 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from specdoctor.tools.reaper import MARKER_VARIABLE
 from specdoctor.tools.system import find_free_port
-from tests.procs import live_processes
+from tests.procs import RUN_TOKEN, live_processes, run_token
 
 pytestmark = pytest.mark.real_sglang
 
 
 def sglang_processes() -> list[int]:
-    """Real SGLang of our launches: the launcher runs sglang.launch_server, its children retitle themselves
-    sglang::..., and all carry the engine marker."""
+    """Real SGLang of this test's launches: the launcher runs sglang.launch_server, its children retitle
+    themselves sglang::..., all carry the engine marker, and this test's token (not another run's)."""
 
     def real(env: bytes, cmd: bytes) -> bool:
         sglang = b"sglang.launch_server" in cmd or cmd.startswith(b"sglang::")
-        return sglang and MARKER_VARIABLE.encode() in env
+        return sglang and MARKER_VARIABLE.encode() in env and run_token() in env.split(b"\0")
 
     return live_processes(real)
 
 
 @pytest.fixture(autouse=True)
-def nothing_left():
+def nothing_left(monkeypatch):
+    monkeypatch.setenv(RUN_TOKEN, uuid.uuid4().hex)
     yield
     deadline = time.time() + 15
     while sglang_processes() and time.time() < deadline:

@@ -21,12 +21,16 @@ from pydantic import BaseModel, ConfigDict
 
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.dirs import cache_dir
+from specdoctor.tools.files import MiB, UnreadableFile, head_bytes, read_text
 from specdoctor.tools.help_parser import FlagInfo, parse_help
 
 DEFAULT_VERSION = "0.5.23"
 PROBE_TIMEOUT_S = 180.0
 ENTRY_MODULE = "sglang.launch_server"
 _CACHE_FORMAT = 2
+CATALOG_MAX_BYTES = 16 * MiB
+"""A --help text is ~100 KB and an exported catalog ~1 MB; a bigger --catalog file is not one."""
+_SHEBANG_MAX_BYTES = 1024
 
 
 class CatalogError(RuntimeError):
@@ -115,9 +119,9 @@ def _hidden_flag(action: dict) -> FlagInfo:
 def from_file(path: Path) -> FlagCatalog:
     """A `--help` text saved from some SGLang, or a catalog JSON exported by specdoctor."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CatalogError(f"cannot read flag catalog {path}: {exc.strerror}") from None
+        text = read_text(path, "flag catalog", CATALOG_MAX_BYTES)
+    except UnreadableFile as exc:
+        raise CatalogError(str(exc)) from None
     if text.lstrip().startswith("{"):
         return _from_json(text, source=f"catalog file {path}")
     try:
@@ -151,9 +155,10 @@ def find_interpreter(entrypoint: tuple[str, ...], env: dict[str, str]) -> str | 
 
 def _shebang_python(script: Path, path: str) -> str | None:
     try:
-        first = script.open("rb").readline().decode(errors="replace").strip()
-    except OSError:
+        head = head_bytes(script, "entry-point script", _SHEBANG_MAX_BYTES)
+    except UnreadableFile:
         return None
+    first = head.split(b"\n", 1)[0].decode(errors="replace").strip()
     if not first.startswith("#!"):
         return None
     words = first[2:].split()
@@ -364,7 +369,7 @@ def _from_json(text: str, source: str) -> FlagCatalog:
         flags = [FlagInfo.model_validate(f) for f in raw["flags"]]
         hidden = [FlagInfo.model_validate(f) for f in raw.get("hidden", [])]
         return FlagCatalog(flags, version=raw["version"], prog=raw["prog"], source=source, hidden=hidden)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CatalogError(f"{source}: not a specdoctor catalog ({exc})") from None
 
 

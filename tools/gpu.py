@@ -28,6 +28,7 @@ from specdoctor.tools.gpu_parse import (
     parse_table,
     parse_version,
 )
+from specdoctor.tools.reaper import read_proc
 
 __all__ = [
     "INSPECT_APP_FIELDS",
@@ -316,11 +317,21 @@ def inspect(timeout: float = 5.0, runner: Runner | None = None) -> GpuReport:
     `runner` replaces the subprocess call (tests feed recorded outputs through it); given one, NVML is
     skipped so the answer comes from what the runner returns.
     """
-    if runner is None:
-        try:
-            import pynvml
-        except ImportError:
-            pynvml = None
-        if pynvml is not None and (report := read_nvml(pynvml)) is not None:
-            return report
-    return _inspect_smi(runner or _subprocess_runner(timeout), timeout)
+    if runner is not None:
+        return _inspect_smi(runner, timeout)
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    report = read_nvml(pynvml) if pynvml is not None else None
+    return _with_start_times(report or _inspect_smi(_subprocess_runner(timeout), timeout))
+
+
+def _with_start_times(report: GpuReport) -> GpuReport:
+    """Each listed process stamped with its start time now, so a pid reused before `--allow-kill` acts
+    is told from the process that was listed."""
+    stamped = []
+    for p in report.processes:
+        proc = read_proc(p.pid)
+        stamped.append(p.model_copy(update={"start_time": proc.start_time if proc else None}))
+    return report.model_copy(update={"processes": tuple(stamped)})

@@ -62,6 +62,11 @@ class GpuProcess(BaseModel):
     process_name: str = Field(description="As printed; the table shortens long paths with '...'.")
     used_memory_mib: int | None = Field(default=None, description="None where unknown (Windows WDDM).")
     kind: str | None = Field(default=None, description="Table 'Type' column: C, G, C+G; None from CSV.")
+    start_time: int | None = Field(
+        default=None,
+        description="Its start (clock ticks after boot, /proc) when listed; a later process with the same pid "
+        "is another one. None for recorded or described reports.",
+    )
 
 
 class GpuReport(BaseModel):

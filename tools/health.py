@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.tools.sglang_facts import Acceptance, facts_for
+
 if TYPE_CHECKING:
     import httpx
 
@@ -29,6 +31,7 @@ __all__ = [
     "accept_length",
     "check_generate",
     "judge_speculation",
+    "metrics_accept_length",
     "probe_ready",
     "wait_ready",
 ]
@@ -37,8 +40,6 @@ ProbeState = Literal["starting", "ready", "error", "exited"]
 _PROMPT = "The capital of France is Paris. The capital of Germany is"
 _RETRY_STATUS = frozenset({500, 502, 504})
 _RETRY_WAIT_S = 0.2
-# Accept lengths this close to 1.0 mean no draft token was ever accepted.
-_NO_ACCEPTANCE_SLACK = 0.02
 
 
 class HealthError(RuntimeError):
@@ -54,11 +55,6 @@ class HealthPolicy(BaseModel):
         32,
         ge=1,
         description="max_new_tokens of the test generation; enough decode steps to measure acceptance.",
-    )
-    min_accept_length: float = Field(
-        1.3,
-        ge=1.0,
-        description="Mean accept length below which speculative decoding is called degraded (1.0 = no draft accepted).",
     )
 
 
@@ -99,13 +95,14 @@ class SpecVerdict(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    status: Literal["working", "degraded", "unknown"] = Field(
-        description="working: mean accept length >= threshold; degraded: ~1.0 or below it; unknown: no data."
+    status: Literal["working", "low", "degraded", "unknown"] = Field(
+        description="working: mean accept length >= the algorithm's working level; low: above none accepted but "
+        "below that level (it works, weakly); degraded: no draft token accepted (~1.0); unknown: not measured."
     )
     accept_length: float | None = Field(None, description="Mean of the measured accept lengths.")
     samples: int = Field(0, description="How many measurements the mean is over.")
     algorithm: str | None = Field(None, description="--speculative-algorithm, as launched.")
-    threshold: float = Field(description="The accept length below which decoding is called degraded.")
+    threshold: float = Field(description="The accept length a working drafter of this algorithm reaches.")
     message: str = Field(description="One line naming the number.")
 
 
@@ -355,13 +352,48 @@ def accept_length(base_url: str, timeout: float = 10.0, retries: int = 3) -> flo
     return sum(values) / len(values) if values else None
 
 
+def metrics_accept_length(base_url: str, timeout: float = 10.0, retries: int = 3) -> float | None:
+    """Mean of `sglang:spec_accept_length` over its series (one per TP rank) in `/metrics`; None when the
+    server exports no such series, or only zeros (nothing verified yet), or has no /metrics (404: it was
+    launched without --enable-metrics).
+
+    Raises `HealthError` when the server cannot be asked or the text is not Prometheus' format.
+    """
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with _client(timeout) as client:
+        try:
+            response = _request(client, "GET", _url(base_url, "/metrics"), retries)
+        except httpx.TransportError as exc:
+            raise HealthError(f"cannot read {base_url}/metrics: {type(exc).__name__}: {exc}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise HealthError(f"{base_url}/metrics answered {response.status_code}: {_short_body(response)}")
+    try:
+        samples = [
+            sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+            if sample.name == "sglang:spec_accept_length"
+        ]
+    except ValueError as exc:
+        raise HealthError(f"{base_url}/metrics is not Prometheus text: {exc}") from exc
+    values = [v for s in samples if (v := _positive_float(s)) is not None]
+    return sum(values) / len(values) if values else None
+
+
 def judge_speculation(
     accept_lengths: list[float],
     algorithm: str | None,
-    expected_min: float = 1.3,
+    acceptance: Acceptance | None = None,
     samples_needed: int = 1,
 ) -> SpecVerdict:
-    """working / degraded (~1.0, or below `expected_min`) / unknown (fewer than `samples_needed` values)."""
+    """working / low / degraded (no draft token accepted) / unknown (fewer than `samples_needed` values),
+    against the levels of `acceptance` (the SGLang facts table's, by default) for this algorithm."""
+    levels = acceptance or facts_for().acceptance
+    working = levels.working_for(algorithm)
     values = [v for v in accept_lengths if v > 0]
     name = algorithm or "speculative decoding"
     if len(values) < max(samples_needed, 1):
@@ -369,34 +401,44 @@ def judge_speculation(
             status="unknown",
             samples=len(values),
             algorithm=algorithm,
-            threshold=expected_min,
+            threshold=working,
             message=_unknown_message(name, algorithm, len(values), samples_needed),
         )
     mean = sum(values) / len(values)
     verdict = {"accept_length": round(mean, 3), "samples": len(values), "algorithm": algorithm}
-    if mean <= 1.0 + _NO_ACCEPTANCE_SLACK:
+    if mean <= levels.none_accepted:
         return SpecVerdict(
             status="degraded",
-            threshold=expected_min,
-            message=f"{name} accept length {mean:.2f}: no draft token is accepted, so the draft only costs time; "
-            f"check that the draft model matches the target and the algorithm (an EAGLE-3 draft needs "
-            f"--speculative-algorithm EAGLE3)",
+            threshold=working,
+            message=f"{name} accept length {mean:.2f}: no draft token is accepted, so drafting only costs "
+            f"time; {_none_accepted_hint(algorithm)}",
             **verdict,
         )
-    if mean < expected_min:
+    if mean < working:
         return SpecVerdict(
-            status="degraded",
-            threshold=expected_min,
-            message=f"{name} accept length {mean:.2f} is below {expected_min:.2f}: most draft tokens are "
-            f"rejected; check that the draft model was trained for this target model",
+            status="low",
+            threshold=working,
+            message=f"{name} accept length {mean:.2f} is below {working:.2f}, the level a well-matched "
+            f"{name} drafter reaches: it works, but most drafts are rejected",
             **verdict,
         )
     return SpecVerdict(
         status="working",
-        threshold=expected_min,
-        message=f"{name} accept length {mean:.2f} >= {expected_min:.2f}: speculative decoding is working",
+        threshold=working,
+        message=f"{name} accept length {mean:.2f} >= {working:.2f}: speculative decoding is working",
         **verdict,
     )
+
+
+def _none_accepted_hint(algorithm: str | None) -> str:
+    if algorithm == "NGRAM":
+        return "NGRAM copies drafts from earlier text of the same request, and this text had none to copy"
+    if algorithm in ("EAGLE", "EAGLE3"):
+        return (
+            "check that the draft model matches the target and the algorithm (an EAGLE-3 draft needs "
+            "--speculative-algorithm EAGLE3)"
+        )
+    return "check that the draft model was trained for this target model"
 
 
 def _unknown_message(name: str, algorithm: str | None, seen: int, needed: int) -> str:

@@ -18,6 +18,7 @@ from typing import BinaryIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools.engines import SGLANG, EngineProfile
+from specdoctor.tools.files import open_regular
 from specdoctor.tools.log_cause import Frame, RootCause, extract_root_cause, usage_dump_span
 from specdoctor.tools.log_compact import compact
 from specdoctor.tools.log_stages import (
@@ -95,7 +96,7 @@ class LogSummary(BaseModel):
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int) -> list[str]:
     """The complete lines within the last `max_bytes` bytes of a file (undecodable bytes replaced)."""
-    with open(path, "rb") as f:
+    with open_regular(path, "log") as f:
         size = f.seek(0, os.SEEK_END)
         start = max(0, size - max_bytes)
         return _read_lines(f, start, size - start, partial_start=start > 0, partial_end=False)[0]
@@ -108,9 +109,11 @@ def scan_file(
     budget_chars: int = 6000,
     profile: EngineProfile = SGLANG,
 ) -> LogSummary:
-    """Summarise a launch log of any size (1 GB included) with bounded memory."""
+    """Summarise a launch log of any size (1 GB included) with bounded memory.
+
+    Raises `UnreadableFile` (an OSError's reason, or a FIFO, device or directory refused)."""
     limits = limits or ScanLimits()
-    with open(path, "rb") as f:
+    with open_regular(path, "log") as f:
         size = f.seek(0, os.SEEK_END)
         if size <= limits.head_bytes + limits.tail_bytes:
             lines, skipped = _read_lines(f, 0, size, partial_start=False, partial_end=False)[0], 0

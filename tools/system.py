@@ -9,6 +9,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.tools.files import MiB, UnreadableFile, read_text
+
+CONFIG_MAX_BYTES = 16 * MiB
+"""The largest config.json read; real ones are kilobytes, so more is not a model's config."""
+
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Can a server bind this TCP port now? (A real bind, as uvicorn will do.)"""
@@ -87,11 +92,13 @@ def model_facts(path: str) -> ModelFacts:
     if not folder.is_dir():
         return ModelFacts(path=path, local=local, exists=folder.exists(), error="not a folder")
     config = folder / "config.json"
-    try:
-        raw = json.loads(config.read_text())
-    except FileNotFoundError:
+    if not config.exists() and not config.is_symlink():
         return ModelFacts(path=path, local=local, exists=True, error="no config.json")
-    except (OSError, ValueError) as exc:
+    try:
+        raw = json.loads(read_text(config, "config.json", CONFIG_MAX_BYTES))
+    except UnreadableFile as exc:
+        return ModelFacts(path=path, local=local, exists=True, error=f"unreadable config.json: {exc.reason}")
+    except (ValueError, RecursionError) as exc:
         return ModelFacts(path=path, local=local, exists=True, error=f"unreadable config.json ({exc})")
     if not isinstance(raw, dict):
         return ModelFacts(path=path, local=local, exists=True, error="config.json is not an object")

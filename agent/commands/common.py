@@ -12,7 +12,11 @@ from specdoctor.tools.catalog_load import CatalogChoice, for_command
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.edit_policy import Allowance
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.files import MiB, read_text
 from specdoctor.tools.gpu import GpuReport
+
+NVIDIA_SMI_MAX_BYTES = 16 * MiB
+"""nvidia-smi prints kilobytes even on a full node."""
 
 
 def read_spec(args: argparse.Namespace) -> LaunchCommand:
@@ -51,10 +55,7 @@ def gpu_facts(args: argparse.Namespace, live: bool = True) -> GpuReport | None:
 def read_nvidia_smi_file(path: Path) -> GpuReport:
     from specdoctor.tools import gpu
 
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    text = read_text(path, "nvidia-smi output", NVIDIA_SMI_MAX_BYTES)
     if "# ---" in text:  # a recording with a header (tests/data/nvidia-smi format)
         text = text.split("# ---\n", 1)[1]
     if "|===" in text:

@@ -166,6 +166,12 @@ def _add_policy_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="may stop other processes that hold the GPUs this launch needs",
     )
+    g.add_argument(
+        "--require-acceptance",
+        action="store_true",
+        help="stop (exit 3) when a speculative server's accept length cannot be measured, instead of "
+        "reporting it healthy with its acceptance unmeasured",
+    )
 
 
 def _add_simulation_options(p: argparse.ArgumentParser) -> None:

@@ -50,7 +50,7 @@ class ServerState:
         state = dict(self.server_info["internal_states"][0])
         state["last_gen_throughput"] = self.engine.last_gen_throughput
         accept = self.engine.average_accept_length()
-        if accept is not None:
+        if accept is not None and self.engine.report_accept:
             state["avg_spec_accept_length"] = accept
         status = "ready" if self.status == "Up" else self.status.lower()
         return {**self.server_info, "status": status, "internal_states": [state]}

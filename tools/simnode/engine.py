@@ -60,8 +60,11 @@ class Engine:
         decode_graph: bool,
         decode_max_bs: int,
         prefill_graph: bool,
+        report_accept: bool = True,
     ) -> None:
         self.log = log
+        self.report_accept = report_accept
+        """Whether requests, /server_info and the log show the accept length (/metrics always does)."""
         self.speed = speed
         self.max_total_tokens = max(1, max_total_tokens)
         self.vocab_size = max(2, vocab_size)
@@ -164,8 +167,9 @@ class Engine:
         ]
         if self.spec is not None:
             drafts = w["forwards"] * max(1, self.spec.num_draft_tokens - 1)
-            parts.append(f"accept len: {w['tokens'] / w['forwards']:.2f}")
-            parts.append(f"accept rate: {w['correct'] / drafts:.2f}")
+            if self.report_accept:
+                parts.append(f"accept len: {w['tokens'] / w['forwards']:.2f}")
+                parts.append(f"accept rate: {w['correct'] / drafts:.2f}")
             self._total_accept += w["tokens"]
             self._total_forwards += w["forwards"]
         graph = self.decode_graph and self._running <= self.decode_max_bs
@@ -178,7 +182,7 @@ class Engine:
         return ", ".join(parts)
 
     def _spec_meta(self, completion: int, verify_ct: int) -> dict[str, Any]:
-        if self.spec is None or verify_ct <= 0:
+        if self.spec is None or verify_ct <= 0 or not self.report_accept:
             return {}
         proposed = verify_ct * (self.spec.num_draft_tokens - 1)
         correct = completion - verify_ct

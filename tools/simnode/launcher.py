@@ -98,6 +98,7 @@ class Launcher:
             decode_graph=resolved.memory.decode_backend != "disabled",
             decode_max_bs=max(ready.decode_graph_bs, default=0),
             prefill_graph=resolved.memory.prefill_backend != "disabled",
+            report_accept=not self.profile.inject.hide_accept_length,
         )
         self._serve(resolved, ready, engine)
         return self._wait_after_ready()

@@ -81,6 +81,11 @@ class Inject(BaseModel):
     slow_stage: dict[Stage, float] = Field(
         default_factory=dict, description="Extra wall-clock seconds spent in a stage (not scaled by speed)."
     )
+    hide_accept_length: bool = Field(
+        default=False,
+        description="Speculative decoding runs, but no accept length shows in /generate, /server_info or the "
+        "decode lines (only /metrics, with --enable-metrics, exports it): an unmeasurable server.",
+    )
 
 
 class NodeProfile(BaseModel):
