@@ -90,6 +90,10 @@ class ConsoleSink:
         advice = getattr(d, "advice", "")
         if advice:
             self.out.line(f"          what to do: {advice}", "yellow")
+        if getattr(d, "bug_report", ""):
+            self.out.line(
+                "          a bug report to paste upstream is in the report (decision.bug_report)", "dim"
+            )
         why = getattr(d, "why", "")
         if why:
             self.out.line(f"          why: {why}", "dim")

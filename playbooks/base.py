@@ -212,4 +212,43 @@ def stop(
         advice=advice,
         evidence=tuple(evidence) or ctx.evidence(),
         confidence=confidence,
+        bug_report=bug_report(ctx, summary) if category == "engine-bug" else "",
     )
+
+
+def bug_report(ctx: Context, summary: str) -> str:
+    """What an SGLang maintainer asks for first, from what is known: version, GPUs, the command (secrets
+    masked), where it raised, the last lines of the log."""
+    from specdoctor.tools.redact import redact_spec, redact_text
+
+    tail = [ln for ln in ctx.log_text.splitlines() if ln.strip()][-12:]
+    lines = [
+        f"**What happened**: {summary}",
+        f"**SGLang**: {_version_for_report(ctx)}",
+        f"**GPUs**: {ctx.gpus.summary() if ctx.gpus else 'not inspected'}",
+        f"**Command**: `{redact_spec(ctx.spec).shell()}`",
+        f"**Raised at**: {_raised_at(ctx)}",
+        "**Last log lines**:",
+        "```",
+        *(redact_text(ln)[:300] for ln in tail),
+        "```",
+    ]
+    return "\n".join(lines)
+
+
+def _raised_at(ctx: Context) -> str:
+    if ctx.engine_check is not None:
+        site = ctx.engine_check.site
+        return f"{site.file}:{site.line} ({site.function})"
+    raising = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
+    if raising is None:
+        return "not in the log"
+    return f"{raising.path.rsplit('sglang/', 1)[-1]}:{raising.line} ({raising.function})"
+
+
+def _version_for_report(ctx: Context) -> str:
+    if not ctx.catalog.source.startswith("bundled"):
+        return f"{ctx.catalog.version} ({ctx.catalog.source})"
+    site = ctx.engine_check.site if ctx.engine_check else None
+    near = f"; its source matches SGLang {site.release}'s" if site and site.release else ""
+    return f"not known from the log (please add `pip show sglang`){near}"

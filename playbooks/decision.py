@@ -62,6 +62,9 @@ class Stop(_Decided):
 
     action: Literal["stop"] = "stop"
     advice: str = Field(default="", description="What a person should do next.")
+    bug_report: str = Field(
+        default="", description="For an engine bug: the facts an upstream report needs, ready to paste."
+    )
 
 
 Decision = Annotated[Fix | Retry | Stop, Field(discriminator="action")]

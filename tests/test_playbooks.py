@@ -676,3 +676,18 @@ def test_stale_holders_reads_a_real_nvidia_smi_table_pasted_under_an_oom():
     decision = decide(ctx)
     assert isinstance(decision, Stop) and decision.playbook == "sglang.memory.stale-holders"
     assert "553657 (text-embeddings-router, 15506 MiB on GPU" in decision.summary
+
+
+def test_an_engine_bug_stop_carries_a_bug_report_with_secrets_masked():
+    case = json.loads((DATA / "corpus" / "deepseek-v25-cuda-graph-capture-bug.json").read_text())
+    lines = case["log"].splitlines()
+    command = case["command"] + " --api-key sk-abcdefghijklmnopqrstuvwx"
+    ctx = context_for(
+        LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
+    )
+    decision = decide(ctx)
+    assert isinstance(decision, Stop) and decision.category == "engine-bug"
+    report = decision.bug_report
+    assert "**Raised at**: srt/model_executor/cuda_graph_runner.py:147" in report
+    assert "--api-key '***'" in report and "sk-abcdefghijklmnopqrstuvwx" not in report
+    assert "**SGLang**: not known from the log" in report and "Capture cuda graph begin" in report

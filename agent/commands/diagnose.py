@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(contract if args.show_secrets else redact_payload(contract), indent=2))
     else:
         show(contract, ctx, choice.note, planned.planner, args.show_secrets)
+        if getattr(planned.decision, "bug_report", ""):
+            print("\nA bug report to paste upstream (secrets masked):\n" + planned.decision.bug_report)
     # Scripts tell a fix from a stop without --json: 0 a fix (or a retry), 3 no flag change can help.
     return exitcodes.STOPPED if contract["action"] == "stop" else exitcodes.OK
 
