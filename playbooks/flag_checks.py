@@ -148,6 +148,19 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
             confidence=best.score,
         )
     hint = "; did you mean " + " or ".join(s.flag for s in r.suggestions) + "?" if r.suggestions else ""
+    if not catalog.authoritative:
+        # The SGLang that runs is not known: a newer one may have this flag. Say so; change nothing.
+        return Finding(
+            code="unknown-flag",
+            severity="warning",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} is not a flag of SGLang {catalog.version} (the bundled list used because the "
+            f"SGLang that runs is not known){hint}; a newer SGLang may have it",
+            evidence=evidence,
+            why="check against the SGLang that really runs: --live-catalog, or --sglang-version X",
+            confidence=0.0,
+        )
     if not opt.values and re.match(r"--(?:enable|disable|use|no)-", opt.name):
         # A switch this SGLang lacks turns on a feature it does not have; dropping it is the only change
         # that launches, and it cannot change anything else the command asks for.

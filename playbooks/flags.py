@@ -7,6 +7,7 @@ fixed the same way whether it was caught before the launch or after it.
 
 from __future__ import annotations
 
+import copy
 import re
 
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
@@ -35,7 +36,10 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """SGLang's argparse rejected the command; fix every flag the catalog says is wrong."""
     error_line = line_of(m) if m else ""
     named, unrecognized = _flags_in(error_line)
-    findings = [f for f in check_flags(ctx.spec, ctx.catalog) if f.severity != "info"]
+    # The engine that ran rejected the command itself: about its flags the catalog is not guessing now.
+    catalog = copy.copy(ctx.catalog)
+    catalog.authoritative = True
+    findings = [f for f in check_flags(ctx.spec, catalog) if f.severity != "info"]
     errors = [f for f in findings if f.severity == "error"]
     named_findings = [f for f in errors if f.flag in named] or errors
     edits: list[Edit] = [e for f in findings for e in f.edits]

@@ -38,6 +38,11 @@ def test_case_json_is_exactly_the_contract(case):
     data = json.loads(proc.stdout)
     assert list(data) == CONTRACT_KEYS
     assert data["action"] == case["action"]  # categories are scored in eval (tests/test_corpus_scores.py)
+    # `eval` scores exactly what `diagnose --case` answers (an outside scorer runs the latter).
+    from tests.test_corpus_scores import CAT as EVAL_CATALOG
+    from tests.test_corpus_scores import contract_for
+
+    assert contract_for(DATA / "corpus" / f"{case['id']}.json", EVAL_CATALOG) == data
     assert isinstance(data["evidence"], list) and data["evidence"]
     assert 0 <= data["confidence"] <= 1
 

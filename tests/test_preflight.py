@@ -342,3 +342,21 @@ def test_a_multi_node_command_is_checked_per_node_and_never_rewritten():
         f"{ENTRY} --model-path org/m --tp-size 32 --nnodes 2 --node-rank 0 --dist-init-addr h:1", gpus=gpus
     )
     assert [f.code for f in small.findings if f.severity == "error"] == ["node-too-small"]
+
+
+def test_a_flag_unknown_to_a_stand_in_catalog_is_a_warning_not_a_fix():
+    """The SGLang that runs is not known (its python has none here): a flag the bundled list lacks may be
+    a newer release's. Nothing is changed; the warning says how to check against the real one."""
+    stand_in = bundled("0.5.23")
+    stand_in.authoritative = False
+    command = LaunchCommand.parse(f"{ENTRY} --model-path org/m --enable-some-future-feature")
+    report = preflight(command, stand_in, host=False)
+    [finding] = [f for f in report.findings if f.flag == "--enable-some-future-feature"]
+    assert (
+        finding.severity == "warning"
+        and not finding.edits
+        and "a newer SGLang may have it" in finding.message
+    )
+    assert report.corrected == command
+    known = preflight(command, CAT, host=False)  # the SGLang that runs: then it is an error with a fix
+    assert any(f.severity == "error" and f.edits for f in known.findings)

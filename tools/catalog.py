@@ -81,6 +81,9 @@ class FlagCatalog:
         self.version = version
         self.prog = prog
         self.source = source
+        self.authoritative = True
+        """False for a stand-in (the bundled flags of some release, because the SGLang that runs is not
+        known): a flag it lacks may exist in the release that really runs."""
         self._by_spelling: dict[str, FlagInfo] = {}
         for f in (*self.flags, *self.hidden):
             for s in f.spellings:

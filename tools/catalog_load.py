@@ -277,8 +277,10 @@ def for_command(
 
 
 def _fallback(reason: str, interpreter: str | None = None) -> CatalogChoice:
+    catalog = bundled(DEFAULT_VERSION)
+    catalog.authoritative = False
     return CatalogChoice(
-        catalog=bundled(DEFAULT_VERSION),
+        catalog=catalog,
         note=f"{reason}; checking against the bundled flag list of SGLang {DEFAULT_VERSION}",
         interpreter=interpreter,
     )

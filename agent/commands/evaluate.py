@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         raise UsageError(f"no crash cases (*.json) in {folder}")
     catalog = bundled("0.5.23")
+    # As `diagnose --case` sees a case: the SGLang that ran it is not known, 0.5.23's flags stand in.
+    catalog.authoritative = False
     llm, notes = llm_planner(args, host=False) if args.llm else (None, ())
     planner = default_planner(llm, notes, Path(args.playbooks) if args.playbooks else None)
     scores = []
