@@ -89,6 +89,10 @@ def _past_argparse(ctx: Context) -> bool:
     """The engine got beyond parsing its arguments: it printed its server args or died in its own code."""
     if ctx.outcome.parse_error:
         return False
+    if not ctx.catalog.authoritative and not re.search(
+        r": error: (?:unrecognized|ambiguous|argument)", ctx.search_text
+    ):
+        return True  # flags are judged by a stand-in catalog, and the engine did not reject any
     if ctx.outcome.stage not in (None, "launch") or "server_args=" in ctx.search_text:
         return True
     return any("/srt/" in f.path and "server_args" not in f.path for f in ctx.root.frames)

@@ -93,7 +93,7 @@ def _optional(ctx: Context, option: Option) -> bool:
     """A feature the command switched on: an `--enable-*` switch, or a value given to a flag that is off
     unless set (its default is none: `--reasoning-parser qwen3`, `--speculative-token-map F`)."""
     if not option.values:
-        return option.name.startswith("--enable-")
+        return option.name.startswith(("--enable-", "--enforce-", "--use-"))
     flag = ctx.catalog.get(ctx.view.canon(option.name))
     return flag is not None and flag.default in (None, "None", "", "none")
 
