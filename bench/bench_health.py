@@ -42,19 +42,7 @@ from specdoctor.tools.catalog_load import bundled  # noqa: E402
 from specdoctor.tools.command import LaunchCommand  # noqa: E402
 from specdoctor.tools.port_owner import PortOwner, port_owner  # noqa: E402
 from specdoctor.tools.system import find_free_port  # noqa: E402
-
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-    "vocab_size": 1000,
-}
+from tests.tiny_models import TINY_LLAMA  # noqa: E402
 
 
 class Outcomes:

@@ -27,20 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.procs import live_processes  # noqa: E402
+from tests.tiny_models import TINY_LLAMA  # noqa: E402
 
 TOKEN_ENV = "SIMNODE_BENCH_TOKEN"
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-    "vocab_size": 1000,
-}
+CONFIG = TINY_LLAMA
 
 
 def free_port() -> int:

@@ -27,25 +27,13 @@ import pytest
 
 from specdoctor.tools.simnode.memory import resolve_settings
 from specdoctor.tools.simnode.tracebacks import SITE
+from tests.tiny_models import TINY_EAGLE3, TINY_LLAMA
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ROOT / "tests" / "data" / "sglang-outputs"
 TOKEN_ENV = "SIMNODE_TEST_TOKEN"
 READY = "The server is fired up and ready to roll!"
 
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-    "vocab_size": 1000,
-}
-TINY_EAGLE3 = {**TINY_LLAMA, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}
 LLAMA_8B = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",

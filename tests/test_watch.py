@@ -26,23 +26,11 @@ from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.reaper import MARKER_VARIABLE
 from specdoctor.tools.system import find_free_port
 from tests.procs import RUN_TOKEN, live_processes, run_token
+from tests.tiny_models import TINY_EAGLE3, TINY_LLAMA
 
 SPEED = 0.05
 TRIALS = 20
 AT_ONCE = 5
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "head_dim": 16,
-    "max_position_embeddings": 512,
-    "vocab_size": 1000,
-}
-TINY_EAGLE3 = {**TINY_LLAMA, "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}
 
 
 def our_processes() -> list[int]:
