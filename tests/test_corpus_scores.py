@@ -31,7 +31,8 @@ FLOORS = {
     "corpus": (17, 0),
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
-    "corpus-fresh": (14, 2),
+    "corpus-fresh": (14, 1),
+    "corpus-fresh-2": (8, 1),
 }
 
 
