@@ -65,22 +65,33 @@ def watch_attempt(
 
 
 def base_url(view: CommandView) -> str:
-    host = _client_host(view)
+    host, port = _client_address(view)
     if ":" in host:
         host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
-    return f"http://{host}:{view.int('--port') or 30000}"
+    return f"http://{host}:{port}"
 
 
 def server_for(view: CommandView) -> Server:
     """What the watcher must find: our server at the command's address, judged by its engine's facts."""
+    host, port = _client_address(view)
     return Server(
         url=base_url(view),
-        host=_client_host(view),
-        port=view.int("--port") or 30000,
+        host=host,
+        port=port,
         speculative=view.algorithm,
         metrics=view.has("--enable-metrics"),
         acceptance=view.facts.acceptance,
+        contained=view.spec.container is not None,
     )
+
+
+def _client_address(view: CommandView) -> tuple[str, int]:
+    """Where a client reaches the server: the command's address, or for a container on a bridge network
+    the host port published to the engine's port (`-p 8000:30000` → 127.0.0.1:8000)."""
+    port = view.int("--port") or 30000
+    box = view.spec.container
+    reach = box.reach(port) if box is not None else None
+    return reach if reach is not None else (_client_host(view), port)
 
 
 def _client_host(view: CommandView) -> str:

@@ -145,7 +145,7 @@ def find_engine_check(spec: LaunchCommand, catalog: FlagCatalog, lines: list[str
     from specdoctor.tools.catalog_load import installed_engine_folder
     from specdoctor.tools.engine_source.locate import locate
 
-    folder = installed_engine_folder(spec.entrypoint)
+    folder = installed_engine_folder(spec)
     # A bundled catalog says nothing of the version that ran: then every indexed release may match.
     version = catalog.version if folder is not None else None
     # People paste logs inside Markdown fences and quote error lines in backticks.

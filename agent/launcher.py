@@ -1,7 +1,10 @@
 """Launchers start the engine for a LaunchCommand and know the node it runs on.
 
-`RealLauncher` runs the command's own argv (never a shell). `SimulatedLauncher` runs the same arguments
-against the built-in simulated GPU node (`tools/simnode`), so the whole loop can be exercised without a GPU.
+`RealLauncher` runs the command's own argv (never a shell), wrappers included (`docker run … IMAGE`,
+`nohup`, `numactl`, …): a container lives as long as its `docker run` process, so stopping that process group
+stops it. `SimulatedLauncher` runs the engine's arguments against the built-in simulated GPU node
+(`tools/simnode`), which stands in for the engine and whatever wraps it, so the whole loop can be exercised
+without a GPU.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Protocol
 
-from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.command import LaunchCommand, SetFlag
+from specdoctor.tools.errors import UsageError
 from specdoctor.tools.foreign import FreedGpus, terminate_foreign
 from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
 from specdoctor.tools.process import EngineProcess
@@ -19,15 +23,26 @@ from specdoctor.tools.redact import is_secret_env
 
 
 def engine_env(spec: LaunchCommand, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment the engine runs with: ours, the command's overrides, then `extra`, less
-    specdoctor's own LLM settings and secrets (`SPECDOCTOR_LLM_API_KEY`, a base URL with a password in
-    it): the engine, and whatever code it loads, never needs them, and its logs must not print them."""
-    env = {**os.environ, **spec.env_dict(), **(extra or {})}
+    """The environment the command's first program runs with: ours, the command's leading `NAME=value`
+    words, then `extra`, less specdoctor's own LLM settings and secrets (`SPECDOCTOR_LLM_API_KEY`, a base URL
+    with a password in it): the engine, and whatever code it loads, never needs them, and its logs must not
+    print them. What wrappers set (`env A=1`, a container's `-e`) they set themselves, from the argv."""
+    return _without_ours({**os.environ, **spec.host_env(), **(extra or {})})
+
+
+def _without_ours(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _ours_to_keep(k)}
 
 
 def _ours_to_keep(name: str) -> bool:
     return name.startswith("SPECDOCTOR_LLM_") or (name.startswith("SPECDOCTOR_") and is_secret_env(name))
+
+
+def check_launchable(spec: LaunchCommand) -> None:
+    """Refuse, as a usage error, a command that cannot run as a watched server (`--help`, `docker run -d`)."""
+    problem = spec.launch_problem()
+    if problem is not None:
+        raise UsageError(problem)
 
 
 class Launcher(Protocol):
@@ -74,7 +89,13 @@ class SimulatedLauncher:
         """The temporary profile `free_gpus` wrote; removed when replaced and at exit."""
 
     def argv(self, spec: LaunchCommand) -> list[str]:
-        args = spec.argv()[len(spec.entrypoint) :]
+        """The simulated node with the engine's arguments; wrappers are dropped (the node stands in for
+        them), and a container's published port is where the node listens, as the engine would be reached."""
+        box, port = spec.container, spec.value("--port")
+        reach = box.reach(int(port or 30000)) if box is not None and (port or "30000").isdigit() else None
+        if reach is not None:
+            spec = spec.apply(SetFlag(flag="--port", values=(str(reach[1]),)))
+        args = spec.arguments()
         if (
             spec.is_serve_cli
             and spec.positionals()
@@ -87,9 +108,9 @@ class SimulatedLauncher:
         return [sys.executable, "-m", "specdoctor.tools.simnode", *args]
 
     def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess:
-        env = engine_env(
-            spec, {"SPECDOCTOR_SIM_PROFILE": self.profile_name, "SPECDOCTOR_SIM_SPEED": str(self.speed)}
-        )
+        # The engine's environment as the command gives it (a container's `-e` included): no wrapper runs.
+        sim = {"SPECDOCTOR_SIM_PROFILE": self.profile_name, "SPECDOCTOR_SIM_SPEED": str(self.speed)}
+        env = _without_ours({**os.environ, **spec.env_dict(), **sim})
         return EngineProcess.start(self.argv(spec), env, log_path, to_file=to_file)
 
     def free_gpus(self, processes: list[GpuProcess]) -> FreedGpus:

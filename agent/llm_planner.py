@@ -544,7 +544,7 @@ class _Session:
         self.config = planner.config
         from specdoctor.tools.catalog_load import installed_engine_folder
 
-        engine = installed_engine_folder(ctx.spec.entrypoint) if planner.host else None
+        engine = installed_engine_folder(ctx.spec) if planner.host else None
         self.toolbox = Toolbox(ctx, max_calls=self.config.max_tool_calls, host=planner.host, engine=engine)
         self.messages = build_messages(
             ctx, planner.mode, max_tool_calls=self.config.max_tool_calls, host=planner.host

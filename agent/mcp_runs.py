@@ -247,6 +247,7 @@ class RunRegistry:
         from specdoctor.agent.approve import PolicyApprover
         from specdoctor.agent.commands.common import allowance, choose_catalog
         from specdoctor.agent.console import ConsoleSink
+        from specdoctor.agent.launcher import check_launchable
         from specdoctor.agent.mcp_tools import read_command
         from specdoctor.agent.render import Out
         from specdoctor.agent.session import launcher_for, make_run_dir, settings_for
@@ -254,6 +255,7 @@ class RunRegistry:
         from specdoctor.tools.redact import redact_text
 
         spec = read_command(command)
+        check_launchable(spec)
         # deploy launches the command, so its python is read for its flags, as `specdoctor deploy` does.
         choice = choose_catalog(spec, self.options, launching=True)
         run_id = uuid.uuid4().hex[:8]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from specdoctor.playbooks.container_checks import check_container, check_published_port
 from specdoctor.playbooks.decision import Finding, Fix, Stop
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.host_checks import (
@@ -26,7 +27,7 @@ from specdoctor.playbooks.spec_checks import check_speculative
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
-from specdoctor.tools.system import ModelFacts, model_facts, port_is_free
+from specdoctor.tools.system import ModelFacts, looks_local, model_facts, port_is_free
 
 if TYPE_CHECKING:
     from specdoctor.tools.gpu import GpuReport
@@ -155,13 +156,22 @@ def _check(
         return flags  # fix names first: the rules below read flags by their canonical names
     view = CommandView(spec, catalog)
     model, draft = facts(view, host) if host else (None, None)
-    found = flags + check_speculative(spec, catalog, model, draft)
+    found = flags + check_speculative(spec, catalog, model, draft) + check_container(view)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)
-        found += check_port(view, host.port_free(*port_of(view)))
+        found += _port(view, host)
         found += check_gpu_presence(view, gpus)
     return found
+
+
+def _port(view: CommandView, host: HostFacts) -> list[Finding]:
+    """The engine's port on this host, or for a container on a bridge network the host port published to it."""
+    box = view.spec.container
+    if box is None or box.host_network:
+        return check_port(view, host.port_free(*port_of(view)))
+    reach = box.reach(port_of(view)[0])
+    return check_published_port(view, host.port_free(reach[1], reach[0])) if reach else []
 
 
 def model_path(view: CommandView) -> str | None:
@@ -173,7 +183,17 @@ def model_path(view: CommandView) -> str | None:
 def facts(view: CommandView, host: HostFacts | None = None) -> tuple[ModelFacts | None, ModelFacts | None]:
     """config.json facts of the target and the draft model, where they can be read here."""
     host = host or HostFacts()
-    return host.model(model_path(view)), host.model(view.get("--speculative-draft-model-path"))
+    draft = view.get("--speculative-draft-model-path")
+    return host.model(_here(view, model_path(view))), host.model(_here(view, draft))
+
+
+def _here(view: CommandView, path: str | None) -> str | None:
+    """Where a model folder the engine reads is on this host: for a containerised engine, through the
+    container's bind mounts (None when none holds it: the folder is in the image, unknown here)."""
+    box = view.spec.container
+    if path is None or box is None or not looks_local(path):
+        return path
+    return box.host_path(path)
 
 
 def validate_edits(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specdoctor.agent.approve import Approver
 from specdoctor.agent.events import EventBus, Sink
-from specdoctor.agent.launcher import Launcher, RealLauncher, SimulatedLauncher
+from specdoctor.agent.launcher import Launcher, RealLauncher, SimulatedLauncher, check_launchable
 from specdoctor.agent.loop import Loop
 from specdoctor.agent.policy import Backoff, Budget, LoopSettings, Mode
 from specdoctor.agent.report import ReportBuilder
@@ -52,6 +52,7 @@ class Session:
 
         install_signal_handlers()
         spec = read_spec(args)
+        check_launchable(spec)
         return spec, choose_catalog(spec, args, launching=True), make_run_dir(args.run_dir)
 
     def run(self, args: argparse.Namespace) -> LoopResult:

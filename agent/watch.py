@@ -87,6 +87,11 @@ class Server(BaseModel):
     acceptance: Acceptance = Field(
         default_factory=lambda: facts_for().acceptance, description="Accept-length levels per algorithm."
     )
+    contained: bool = Field(
+        False,
+        description="The engine runs in a container: its port is held by the container's runtime (docker-proxy, "
+        "a process of the container), never by a process of ours, so our log's bind line decides.",
+    )
 
 
 def watch(
@@ -171,8 +176,10 @@ class _Watch:
         owner = port_owner(self.server.host, self.server.port, pids)
         if owner.state == "ours":
             return "process"
-        if owner.state == "unknown":
-            self.unknown_owner = owner.detail
+        if owner.state == "unknown" or self.server.contained:
+            self.unknown_owner = (
+                f"the engine runs in a container ({owner.detail})" if self.server.contained else owner.detail
+            )
             return "log" if self.tracker.stage in _BOUND_STAGES else None
         self.foreign = owner
         return None

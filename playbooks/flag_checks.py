@@ -37,6 +37,9 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if (opt.name, opt.values) in seen:
             continue
         seen.add((opt.name, opt.values))
+        if opt.name in _HELP:
+            findings.append(_asks_for_help(opt))
+            continue
         resolution = catalog.resolve(opt.name)
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
@@ -44,6 +47,22 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     findings.extend(_duplicates(spec, catalog))
     findings.extend(_positional_findings(spec, catalog))
     return findings
+
+
+_HELP = ("--help", "-h")
+
+
+def _asks_for_help(opt: Option) -> Finding:
+    """argparse adds `--help`/`-h` to every parser (they are not in the flag list --help prints)."""
+    return Finding(
+        code="help-flag",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"`{opt.name}` prints the flags and exits; it does not launch",
+        edits=(RemoveFlag(flag=opt.name),),
+        why=f"without {opt.name} the command starts the server",
+    )
 
 
 def _duplicates(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:

@@ -151,7 +151,7 @@ def _problem(
     if isinstance(edit, SetEnv):
         return _env_problem(edit)
     if isinstance(edit, UnsetEnv):
-        started = dict(original.env) if original is not None else dict(command.env)
+        started = (original or command).env_dict()
         set_here = edit.name in command.env_dict() and started.get(edit.name) != command.env_dict()[edit.name]
         return None if set_here else f"{edit.name} was not set by this run: only a person removes it"
     if isinstance(edit, RenameFlag):

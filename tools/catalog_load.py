@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,6 +24,9 @@ from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.dirs import cache_dir
 from specdoctor.tools.files import MiB, UnreadableFile, head_bytes, read_text
 from specdoctor.tools.help_parser import FlagInfo, parse_help
+
+if TYPE_CHECKING:
+    from specdoctor.tools.command import LaunchCommand
 
 DEFAULT_VERSION = "0.5.23"
 PROBE_TIMEOUT_S = 180.0
@@ -180,9 +184,12 @@ def installed(interpreter: str, run: bool = True) -> Installed:
     return Installed(interpreter=interpreter, version=None, dist_info=None)
 
 
-def installed_engine_folder(entrypoint: tuple[str, ...]) -> Path | None:
-    """The `sglang` package folder of the python that runs `entrypoint`, from what is cached (nothing runs)."""
-    interpreter = find_interpreter(entrypoint, {})
+def installed_engine_folder(spec: LaunchCommand) -> Path | None:
+    """The `sglang` package folder of the python that runs the command, from what is cached (nothing runs);
+    None for an engine in a container or in an environment `uv run`/`conda run` picks."""
+    if spec.container is not None or spec.python_chooser is not None:
+        return None
+    interpreter = find_interpreter(spec.entrypoint, {})
     if interpreter is None:
         return None
     dist = installed(interpreter, run=False).dist_info
@@ -274,6 +281,79 @@ def for_command(
         note=f"flags of the installed SGLang {inst.version} (read from its --help)",
         interpreter=interpreter,
     )
+
+
+def for_spec(
+    spec: LaunchCommand,
+    *,
+    version: str | None = None,
+    catalog_file: Path | None = None,
+    refresh: bool = False,
+    live: bool = True,
+) -> CatalogChoice:
+    """`for_command` for a whole command, wrappers read: a containerised engine has no python here, so its
+    flags are the bundled ones of the release its image's tag names (or the default's); under `uv run` or
+    `conda run` the python is the one the wrapper picks, which only running the wrapper tells (`live`)."""
+    box, chooser = spec.container, spec.python_chooser
+    if catalog_file is None and version is None and box is not None:
+        return image_catalog(box.image, box.tag_version)
+    if catalog_file is None and version is None and chooser is not None:
+        what = " ".join(chooser.words())
+        interpreter = wrapped_interpreter(spec) if live else None
+        if interpreter is None:
+            reason = "it did not say which python it runs" if live else "--live-catalog runs it to ask"
+            return _fallback(f"`{what}` picks its python when it runs ({reason})")
+        return for_command((interpreter,), {}, refresh=refresh, live=True)
+    return for_command(
+        spec.entrypoint,
+        spec.env_dict(),
+        version=version,
+        catalog_file=catalog_file,
+        refresh=refresh,
+        live=live,
+    )
+
+
+def image_catalog(image: str, tag_version: str | None) -> CatalogChoice:
+    """The bundled flags for an engine in a container image, by the release its tag names."""
+    versions = bundled_versions()
+    base = re.sub(r"\.post\d+$", "", tag_version or "")
+    if tag_version in versions:
+        version, why = tag_version, "its tag's release"
+    elif base in versions:
+        version, why = base, f"its tag names {tag_version}"
+    else:
+        version = DEFAULT_VERSION
+        why = (
+            f"its tag names {tag_version}, which is not bundled"
+            if tag_version
+            else "its tag names no release"
+        ) + "; --sglang-version X picks another"
+    return CatalogChoice(
+        catalog=bundled(version),
+        note=f"in a container image ({image}): bundled flags of SGLang {version} ({why})",
+    )
+
+
+def wrapped_interpreter(spec: LaunchCommand) -> str | None:
+    """The python `uv run …` / `conda run …` runs, asked of the wrappers themselves (this runs them, with
+    specdoctor's own environment, as a live catalog read does)."""
+    python = spec.interpreter or "python"
+    words = [*(t for w in spec.prefix for t in w.words()), python, "-c", "import sys; print(sys.executable)"]
+    try:
+        out = subprocess.run(
+            words,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env=probe_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines()
+    found = lines[-1].strip() if out.returncode == 0 and lines else ""
+    return found if os.path.isabs(found) and os.access(found, os.X_OK) else None
 
 
 def _fallback(reason: str, interpreter: str | None = None) -> CatalogChoice:

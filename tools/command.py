@@ -2,6 +2,10 @@
 
 A command is kept token-exact: parse a shell line or an argv list, edit it with typed edits, render it
 back to argv (to run) or to a copy-pasteable shell line (to show). Nothing here runs anything.
+
+A command is `[NAME=value ...] [wrappers ...] ENTRYPOINT ARGS`: the wrappers (`docker run … IMAGE`,
+`uv run`, `nohup`, `numactl`, …; `tools/wrappers.py`) are a preserved prefix that edits never touch, but for
+the environment of a containerised engine, which is the container's `-e NAME=VALUE`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,26 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+from specdoctor.tools.container import Container
+from specdoctor.tools.wrappers import (
+    ENV_ASSIGN,
+    PYTHON_CHOOSERS,
+    CommandError,
+    Wrapper,
+    container_index,
+    engine_environment,
+    read_wrapper,
+    set_env,
+    unset_env,
+)
+
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 # argparse treats "-1" and "-.5" as values when no option looks like a negative number.
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 # Interpreter options that take a separate argument (python -X dev, -W error, -c is not allowed).
 _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+
+_SHELLS = ("sh", "bash", "zsh", "dash", "ksh")
 
 SGLANG_MODULES = ("sglang.launch_server",)
 KNOWN_OTHER_ENGINES = {
@@ -29,10 +47,6 @@ KNOWN_OTHER_ENGINES = {
     "lmdeploy": "LMDeploy",
     "text-generation-launcher": "TGI",
 }
-
-
-class CommandError(ValueError):
-    """A launch command that cannot be understood; the message says what is wrong and what to do."""
 
 
 class Option(BaseModel):
@@ -71,10 +85,17 @@ def _same(name: str) -> str:
 
 
 class LaunchCommand(BaseModel):
-    """A launch command: environment overrides, the entrypoint, and the ordered arguments."""
+    """A launch command: environment overrides, wrappers, the entrypoint, and the ordered arguments."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
-    env: tuple[tuple[str, str], ...] = Field(default=(), description="`NAME=value` prefixes, in order.")
+    env: tuple[tuple[str, str], ...] = Field(
+        default=(), description="The leading `NAME=value` words, in order: the first program's environment."
+    )
+    prefix: tuple[Wrapper, ...] = Field(
+        default=(),
+        description="What the engine runs through (`docker run … IMAGE`, `uv run`, `nohup`, `numactl …`), "
+        "word for word; edits never touch it, but for a container's `-e NAME=VALUE` on an environment edit.",
+    )
     entrypoint: tuple[str, ...] = Field(description="e.g. (`python`, `-m`, `sglang.launch_server`).")
     args: tuple[Arg, ...] = ()
 
@@ -88,22 +109,46 @@ class LaunchCommand(BaseModel):
                 "empty launch command: give it after `--`, e.g. `-- python -m sglang.launch_server ...`"
             )
         env: list[tuple[str, str]] = []
-        i = 0
-        if tokens[0] == "env":
-            i = 1
-        while i < len(tokens) and (m := _ENV_ASSIGN.match(tokens[i])):
+        # `env -i ...` is a wrapper with options; a bare `env A=1` is the same as `A=1`.
+        i = 1 if tokens[0] == "env" and len(tokens) > 1 and not tokens[1].startswith("-") else 0
+        while i < len(tokens) and (m := ENV_ASSIGN.match(tokens[i])):
             env.append((m.group(1), m.group(2)))
             i += 1
+        prefix: list[Wrapper] = []
+        while i < len(tokens) and (found := read_wrapper(tokens[i:])) is not None:
+            prefix.append(found[0])
+            i += found[1]
+        if prefix and i < len(tokens) and ENV_ASSIGN.match(tokens[i]):
+            raise CommandError(
+                f"`{tokens[i]}` after `{prefix[-1].program[0]}` would be run as a program (only a shell reads "
+                f"NAME=value before a command): write `env {tokens[i]}`"
+            )
         entry_len = _entrypoint_length(tokens[i:])
-        entrypoint = tuple(tokens[i : i + entry_len])
-        return cls(env=tuple(env), entrypoint=entrypoint, args=tuple(group_args(tokens[i + entry_len :])))
+        return cls(
+            env=tuple(env),
+            prefix=tuple(prefix),
+            entrypoint=tuple(tokens[i : i + entry_len]),
+            args=tuple(group_args(tokens[i + entry_len :])),
+        )
 
     # ---- rendering -----------------------------------------------------------------------------
     def argv(self) -> list[str]:
-        """The argument vector to execute (environment not included)."""
-        return [*self.entrypoint, *(t for a in self.args for t in a.tokens())]
+        """The argument vector to execute, wrappers included (the leading environment is not)."""
+        return [*(t for w in self.prefix for t in w.words()), *self.entrypoint, *self.arguments()]
+
+    def arguments(self) -> list[str]:
+        """The engine's own arguments, after its entrypoint."""
+        return [t for a in self.args for t in a.tokens()]
 
     def env_dict(self) -> dict[str, str]:
+        """The variables the command sets for the engine: the leading `NAME=value` words and `env`
+        wrappers, or for a containerised engine what the container sets (`-e`)."""
+        if not self.prefix:
+            return dict(self.env)
+        return engine_environment(self.env, self.prefix)
+
+    def host_env(self) -> dict[str, str]:
+        """The leading `NAME=value` words: the environment of the first program run (a wrapper's, if any)."""
         return dict(self.env)
 
     def shell(self) -> str:
@@ -121,9 +166,30 @@ class LaunchCommand(BaseModel):
 
     @property
     def interpreter(self) -> str | None:
-        """The python the command runs (`python3`, `/opt/venv/bin/python`), or None for `sglang serve`."""
+        """The python the command names (`python3`, `/opt/venv/bin/python`), or None for `sglang serve`."""
         first = self.entrypoint[0]
         return first if _PYTHON.match(PurePath(first).name) else None
+
+    @property
+    def container(self) -> Container | None:
+        """The container the engine runs in (the innermost, if containers are nested), or None."""
+        at = container_index(self.prefix)
+        return Container.of(self.prefix[at]) if at is not None else None
+
+    @property
+    def python_chooser(self) -> Wrapper | None:
+        """A wrapper that picks the engine's python when it runs (`uv run`, `conda run -n X`), so the
+        python on PATH says nothing of it; None when the command's own words name it."""
+        found = [w for w in self.prefix if w.kind in PYTHON_CHOOSERS]
+        return found[-1] if found else None
+
+    def launch_problem(self) -> str | None:
+        """Why this command cannot be launched and watched as a server (one line), or None."""
+        asked = [o.name for o in self.options() if o.name in ("--help", "-h")]
+        if asked:
+            return f"`{asked[0]}` prints the flags and exits; it does not launch: drop it to deploy"
+        box = self.container
+        return box.launch_problem() if box is not None else None
 
     def options(self) -> list[Option]:
         return [a for a in self.args if isinstance(a, Option)]
@@ -190,6 +256,11 @@ def _entrypoint_length(tokens: list[str]) -> int:
         if module in SGLANG_MODULES:
             return i + 2
         raise CommandError(_unknown_engine(module))
+    if first in _SHELLS and "-c" in tokens[1:3]:
+        raise CommandError(
+            f"`{first} -c '...'` runs a shell line, which specdoctor does not parse: give the SGLang command "
+            "itself (the words inside the quotes)"
+        )
     if first == "sglang":
         if len(tokens) > 1 and tokens[1] == "serve":
             return 2
@@ -312,29 +383,30 @@ class RenameFlag(_EditBase):
 
 
 class SetEnv(_EditBase):
-    """Set an environment variable for the launch."""
+    """Set an environment variable for the engine: in the leading `NAME=value` words, or where a wrapper
+    sets the engine's environment (a container's `-e`, an `env` wrapper)."""
 
     op: Literal["set_env"] = "set_env"
     name: str
     value: str
 
     def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
-        env = [(k, v) for k, v in spec.env if k != self.name]
-        env.append((self.name, self.value))
-        return spec.model_copy(update={"env": tuple(env)})
+        env, prefix = set_env(spec.env, spec.prefix, self.name, self.value)
+        return spec.model_copy(update={"env": env, "prefix": prefix})
 
     def describe(self) -> str:
         return f"set env {self.name}={self.value}"
 
 
 class UnsetEnv(_EditBase):
-    """Remove an environment variable from the launch's overrides."""
+    """Remove an environment variable from the engine's overrides (a container's `-e NAME` included)."""
 
     op: Literal["unset_env"] = "unset_env"
     name: str
 
     def apply_to(self, spec: LaunchCommand, canon: Canon) -> LaunchCommand:
-        return spec.model_copy(update={"env": tuple((k, v) for k, v in spec.env if k != self.name)})
+        env, prefix = unset_env(spec.env, spec.prefix, self.name)
+        return spec.model_copy(update={"env": env, "prefix": prefix})
 
     def describe(self) -> str:
         return f"unset env {self.name}"
@@ -416,6 +488,15 @@ def diff(old: LaunchCommand, new: LaunchCommand, canon: Canon = _same) -> list[D
         if a != b:
             change = "added" if a is None else "removed" if b is None else "changed"
             lines.append(DiffLine(change=change, what=f"env {k}", before=a, after=b))
+    if _wrapper_words(old) != _wrapper_words(new):
+        lines.append(
+            DiffLine(
+                change="changed",
+                what="wrapper",
+                before=" ".join(_wrapper_words(old)),
+                after=" ".join(_wrapper_words(new)),
+            )
+        )
     if old.entrypoint != new.entrypoint:
         lines.append(
             DiffLine(
@@ -444,6 +525,15 @@ def diff(old: LaunchCommand, new: LaunchCommand, canon: Canon = _same) -> list[D
             DiffLine(change="changed", what="positional", before=" ".join(old_pos), after=" ".join(new_pos))
         )
     return lines
+
+
+def _wrapper_words(spec: LaunchCommand) -> list[str]:
+    """The wrappers' words without the environment they set (that shows as `env NAME` lines)."""
+    words: list[str] = []
+    for w in spec.prefix:
+        bare = w.without_groups({i for i, _, _ in w.env_items()})
+        words += bare.words()
+    return words
 
 
 def _flag_table(spec: LaunchCommand, canon: Canon) -> dict[str, tuple[str, str]]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from specdoctor.tools.command import LaunchCommand
     from specdoctor.tools.help_parser import FlagInfo
+    from specdoctor.tools.wrappers import Wrapper
 
 MASK = "***"
 
@@ -339,8 +340,24 @@ def redact_spec(spec: LaunchCommand) -> LaunchCommand:
         secret = is_secret_flag(a.name)
         values = tuple(MASK if secret else redact_text(v) for v in a.values)
         args.append(a.model_copy(update={"values": values}))
-    env = tuple(redact_env(spec.env_dict()).items())
-    return spec.model_copy(update={"env": env, "args": tuple(args)})
+    env = tuple(redact_env(spec.host_env()).items())
+    prefix = tuple(_redact_wrapper(w) for w in spec.prefix)
+    return spec.model_copy(update={"env": env, "prefix": prefix, "args": tuple(args)})
+
+
+def _redact_wrapper(wrapper: Wrapper) -> Wrapper:
+    """A wrapper with the values of the secrets it sets masked (`-e HF_TOKEN=***`, `env OPENAI_KEY=***`), and
+    key-like words anywhere in it."""
+    for index, name, value in wrapper.env_items():
+        if value is not None and is_secret_env(name, value):
+            wrapper = wrapper.with_env_value(index, MASK)
+    return wrapper.model_copy(
+        update={
+            "program": tuple(map(redact_text, wrapper.program)),
+            "options": tuple(tuple(map(redact_text, g)) for g in wrapper.options),
+            "operand": tuple(map(redact_text, wrapper.operand)),
+        }
+    )
 
 
 def redact_command(spec: LaunchCommand) -> str:
@@ -394,4 +411,18 @@ def unmask(edited: LaunchCommand, source: LaunchCommand) -> LaunchCommand:
     restored = tuple(
         (k, env[k][1] if k in env and env[k][0] == v and MASK in v else v) for k, v in edited.env
     )
-    return edited.model_copy(update={"env": restored, "args": tuple(args)})
+    words = {
+        m: o
+        for mw, ow in zip(masked.prefix, source.prefix, strict=True)
+        for m, o in zip(mw.words(), ow.words(), strict=True)
+        if MASK in m
+    }
+    prefix = tuple(_put_back(w, words) for w in edited.prefix)
+    return edited.model_copy(update={"env": restored, "prefix": prefix, "args": tuple(args)})
+
+
+def _put_back(wrapper: Wrapper, words: dict[str, str]) -> Wrapper:
+    """A wrapper whose masked words (`HF_TOKEN=***`) are the source's real ones again."""
+    return wrapper.model_copy(
+        update={"options": tuple(tuple(words.get(t, t) for t in g) for g in wrapper.options)}
+    )

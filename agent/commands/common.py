@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specdoctor.agent.commands.options import command_words
 from specdoctor.tools.catalog import FlagCatalog
-from specdoctor.tools.catalog_load import CatalogChoice, for_command
+from specdoctor.tools.catalog_load import CatalogChoice, for_spec
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.edit_policy import Allowance
 from specdoctor.tools.errors import UsageError
@@ -28,9 +28,8 @@ def choose_catalog(spec: LaunchCommand, args: argparse.Namespace, launching: boo
     a person asking for it (--live-catalog, --refresh-catalog), runs the command's python to read it."""
     catalog_file = Path(args.catalog) if getattr(args, "catalog", None) else None
     refresh = getattr(args, "refresh_catalog", False)
-    return for_command(
-        spec.entrypoint,
-        spec.env_dict(),
+    return for_spec(
+        spec,
         version=getattr(args, "sglang_version", None),
         catalog_file=catalog_file,
         refresh=refresh,
