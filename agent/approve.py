@@ -23,6 +23,8 @@ class Review(BaseModel):
     note: str = ""
     ask_llm: bool = Field(default=False, description="The person wants the LLM's opinion instead.")
     refused: tuple[Refusal, ...] = Field(default=(), description="Edits the policy would not make unasked.")
+    skip: bool = Field(default=False, description="Launch the command as it is, with no change.")
+    declined: bool = Field(default=False, description="The person quit: the run ends, declined (exit 130).")
 
 
 class Approver(Protocol):
@@ -39,8 +41,11 @@ class Approver(Protocol):
         attempt: int,
         note: str = "",
         touches: Sequence[Touch] = (),
+        alternative: LaunchCommand | None = None,
     ) -> Review:
-        """`touches`: the policy class of every flag and variable the change touches."""
+        """`touches`: the policy class of every flag and variable the change touches (and whether it is
+        pinned). `alternative`: the person's last edit as the static check fixed it (as typed when it
+        could not), offered beside the proposal `new`."""
         ...
 
 
@@ -66,6 +71,7 @@ class PolicyApprover:
         attempt: int,
         note: str = "",
         touches: Sequence[Touch] = (),
+        alternative: LaunchCommand | None = None,
     ) -> Review:
         refused = needing_a_person(touches, self.allowance)
         if refused:

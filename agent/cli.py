@@ -20,6 +20,7 @@ until the server is healthy and its speculative decoding really works, or say wh
   specdoctor diagnose ...        one diagnosis from a recorded crash log
   specdoctor eval DIR            score the planner on a folder of real crash cases
   specdoctor deploy -- CMD       unattended: launch, fix, relaunch until healthy (exit code + JSON report)
+  specdoctor stop [RUN]          stop a server `deploy --detach` left running
   specdoctor fix -- CMD          the same, asking you before each change
   specdoctor replay FILE         re-run today's planners on a recorded session; report divergences
   specdoctor demo                the whole loop on a built-in simulated 8x H200 node (no GPU needed)
@@ -33,6 +34,7 @@ VERBS = {
     "diagnose": "specdoctor.agent.commands.diagnose",
     "eval": "specdoctor.agent.commands.evaluate",
     "deploy": "specdoctor.agent.commands.deploy",
+    "stop": "specdoctor.agent.commands.stop",
     "fix": "specdoctor.agent.commands.fix",
     "demo": "specdoctor.agent.commands.demo",
     "replay": "specdoctor.agent.commands.replay",

@@ -16,9 +16,17 @@ from specdoctor.agent.events import (
     RunStartEvent,
     StageEvent,
     StopEvent,
+    SuperviseEvent,
     masked,
 )
-from specdoctor.agent.render import OUTCOME_STYLE, Out, diff_lines, finding_lines, outcome_label
+from specdoctor.agent.render import (
+    OUTCOME_STYLE,
+    Out,
+    decided_by,
+    diff_lines,
+    finding_lines,
+    outcome_label,
+)
 from specdoctor.tools.command import LaunchCommand, diff
 
 
@@ -80,11 +88,9 @@ class ConsoleSink:
         d = e.decision
         if d.playbook == "preflight" and d.action == "fix":
             return  # its findings were just shown one by one
-        who = d.playbook or {"llm": "the LLM", "none": "no rule matched"}.get(e.planner, e.planner)
-        self.out.line(
-            f"{self._t(e)} diagnosis [{d.category}] ({who}, confidence {d.confidence:.2f}): {d.summary}",
-            "bold",
-        )
+        who, decided = decided_by(e.planner, d.playbook)
+        sure = f", confidence {d.confidence:.2f}" if decided else ""
+        self.out.line(f"{self._t(e)} diagnosis [{d.category}] ({who}{sure}): {d.summary}", "bold")
         for line in d.evidence[:3]:
             self.out.line(f"          log: {line if len(line) <= 160 else line[:157] + '...'}", "dim")
         advice = getattr(d, "advice", "")
@@ -107,6 +113,13 @@ class ConsoleSink:
 
     def _budget(self, e: BudgetEvent) -> None:
         return None
+
+    def _supervise(self, e: SuperviseEvent) -> None:
+        pid = f" (pid {e.pid})" if e.pid is not None else ""
+        self.out.line(f"{self._t(e)} serving at {e.url}{pid}", "bold green")
+        self.out.line("working command:", "bold")
+        self.out.line(f"  {e.command}", "bold green")
+        self.out.line("supervising; Ctrl-C to stop", "bold")
 
     def _stop(self, e: StopEvent) -> None:
         style = "bold green" if e.result == "healthy" else "bold yellow"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.gate import Refusal
 from specdoctor.tools.command import Edit, LaunchCommand
+from specdoctor.tools.detached import DetachedServer
 from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.gpu import GpuReport
 from specdoctor.tools.log_cause import RootCause
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 RunMode = Literal["deploy", "fix", "replay", "demo"]
 ToolStatus = Literal["ok", "error", "no_data"]
-ResultKind = Literal["healthy", "stopped", "budget", "interrupted"]
+ResultKind = Literal["healthy", "stopped", "budget", "interrupted", "declined"]
 
 TOOL_TEXT_LIMIT = 4000
 """Characters of a tool's result text kept in an event; the rest is cut, so a transcript stays small."""
@@ -307,6 +308,25 @@ class EvidenceEvent(_Event):
         )
 
 
+class SuperviseEvent(_Event):
+    """The server is healthy and specdoctor stays in the foreground watching it (a crash re-enters the
+    loop); Ctrl-C stops it."""
+
+    type: Literal["supervise"] = "supervise"
+    attempt: int = Field(ge=1)
+    url: str = Field(description="Where the server answers.")
+    pid: int | None = Field(default=None, description="The engine's launcher.")
+    command: str = Field(description="The working command, as a shell line.")
+
+
+class DetachEvent(_Event):
+    """The healthy server was left running on its own; `specdoctor stop` finds it by what this names."""
+
+    type: Literal["detach"] = "detach"
+    attempt: int = Field(ge=1)
+    server: DetachedServer
+
+
 class StopEvent(_Event):
     type: Literal["stop"] = "stop"
     result: ResultKind
@@ -338,6 +358,8 @@ Event = Annotated[
     | HealthEvent
     | BudgetEvent
     | EvidenceEvent
+    | SuperviseEvent
+    | DetachEvent
     | StopEvent,
     Field(discriminator="type"),
 ]
@@ -355,6 +377,8 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     HealthEvent,
     BudgetEvent,
     EvidenceEvent,
+    SuperviseEvent,
+    DetachEvent,
     StopEvent,
 )
 EVENT_TYPE_NAMES: frozenset[str] = frozenset(c.model_fields["type"].default for c in EVENT_TYPES)

@@ -15,7 +15,8 @@ BUDGET = 4
 INTERNAL = 70
 """A bug in specdoctor itself (one line; SPECDOCTOR_DEBUG=1 shows the traceback). Please report it."""
 INTERRUPTED = 130
-"""Ctrl-C or SIGTERM: the engine tree was stopped and the transcript closed."""
+"""Ctrl-C or SIGTERM, or a person quitting at a `fix` prompt (declined): the engine tree was stopped and the
+transcript closed."""
 
 EPILOG = """exit codes:
   0    check: clean · deploy/fix: healthy · diagnose: a fix · replay: all decisions match
@@ -24,5 +25,5 @@ EPILOG = """exit codes:
   3    deploy/fix: stopped, no flag change can help · diagnose: a stop
   4    deploy/fix: budget exhausted (launches or time)
   70   internal error in specdoctor (SPECDOCTOR_DEBUG=1 shows the traceback)
-  130  interrupted (the engine was stopped, the transcript closed)
+  130  interrupted, or declined at a fix prompt (the engine was stopped, the transcript closed)
 """

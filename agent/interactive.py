@@ -1,5 +1,5 @@
-"""The person at the terminal approves each change in `specdoctor fix`: accept it, edit the command,
-ask the LLM instead, or quit.
+"""The person at the terminal approves each change in `specdoctor fix`: accept it, edit the command, skip
+it (launch the command as it is), ask the LLM instead, or quit (declined).
 
 Prompts read the terminal with `input()`, so readline gives line editing and the edit prompt comes
 prefilled with the proposed command.
@@ -25,8 +25,9 @@ from specdoctor.tools.command import CommandError, LaunchCommand
 from specdoctor.tools.redact import redact_command, redact_spec, redact_text, unmask
 
 EDIT_PROMPT = "command> "
-ACTIONS = ("accept", "edit", "llm", "quit")
-"""What the person may answer; any prefix of one (`a`, `acc`) will do."""
+ACTIONS = ("accept", "yours", "edit", "skip", "llm", "quit")
+"""What the person may answer; any prefix of one (`a`, `acc`) will do. `yours` only when an edit of theirs
+is offered back."""
 
 
 def editor_command() -> list[str] | None:
@@ -69,6 +70,15 @@ def prefilled_input(prompt: str, text: str) -> str:
         readline.set_pre_input_hook(None)
 
 
+def _action(answer: str, offered: bool) -> str | None:
+    """The action an answer names (any prefix of one, `yours` only when an edit is offered back)."""
+    lowered = answer.lower()
+    return next(
+        (a for a in ACTIONS if lowered and a.startswith(lowered) and (offered or a != "yours")),
+        None,
+    )
+
+
 class InteractiveApprover:
     """Asks the person at the terminal about every proposed change, and before stopping foreign processes.
 
@@ -91,6 +101,8 @@ class InteractiveApprover:
         self.before_prompt = before_prompt
         self.ask = ask
         self.edit_line = edit_line
+        self._last_edit: LaunchCommand | None = None
+        """The command the person last typed, to tell it apart from the check's fix of it."""
 
     def confirm(self, question: str) -> bool:
         self.before_prompt()
@@ -110,42 +122,101 @@ class InteractiveApprover:
         attempt: int,
         note: str = "",
         touches: Sequence[Touch] = (),
+        alternative: LaunchCommand | None = None,
     ) -> Review:
         self.before_prompt()
-        if note:
-            self._say(note, "bold yellow")
-        source = "the static check" if decision.playbook == "preflight" else decision.playbook or "the LLM"
-        for touch in touches:
-            if touch.classed.edit_class != "tuning":
-                self._say(f"  {touch.classed.edit_class}: {touch.edit} ({touch.classed.rule})", "magenta")
-        self._say(f"proposed command (from {source}):", "bold")
-        self.console.print(Text(self._shown(new), style="cyan"), soft_wrap=True)
+        self._show(decision, new, note, touches, alternative)
+        pinned = [t.classed.name for t in touches if t.pinned]
         editor = editor_command()
-        menu = "[a]ccept  [e]dit  [l]lm  [q]uit" + ("  [E]ditor" if editor else "") + " > "
+        menu = (
+            "[a]ccept"
+            + ("  [y]our edit" if alternative is not None else "")
+            + "  [e]dit  [s]kip  [l]lm  [q]uit"
+            + ("  [E]ditor" if editor else "")
+            + " > "
+        )
         while True:
             answer = self._ask(menu)
             answer = "quit" if answer is None else answer.strip()
             if answer == "E" and editor:
-                edited = self._edit_in_editor(editor, old, new, attempt)
+                edited = self._edit_in_editor(editor, old, alternative or new, attempt)
             else:
-                action = next((a for a in ACTIONS if answer and a.startswith(answer.lower())), None)
+                action = _action(answer, alternative is not None)
                 if action is None:
-                    self._say("type a, e, l or q and press Enter", "yellow")
+                    self._say(
+                        f"type {'a, y' if alternative else 'a'}, e, s, l or q and press Enter", "yellow"
+                    )
                     continue
-                if action == "accept":
-                    return Review(approved=True, spec=new, by="user", note="accepted by the user")
-                if action == "llm":
-                    self._say("asking the LLM for its diagnosis...", "dim")
-                    return Review(approved=False, by="user", ask_llm=True, note="the user asked the LLM")
-                if action == "quit":
-                    return Review(approved=False, by="user", note="refused by the user")
-                edited = self._edit_inline(old, new, attempt)
-            if edited is None:
-                continue
-            if edited == new:
-                return Review(approved=True, spec=new, by="user", note="accepted by the user")
-            self._say(f"launching your command: {self._shown(edited)}", "green")
-            return Review(approved=True, spec=edited, by="user", note="edited by the user")
+                if action != "edit":
+                    decided = self._decided(action, new, alternative, pinned)
+                    if decided is not None:
+                        return decided
+                    continue
+                edited = self._edit_inline(old, alternative or new, attempt)
+            if edited is not None and edited == new and pinned:
+                # The edit line comes prefilled with the proposal: Enter alone must not slip past the pin.
+                self._decided("accept", new, alternative, pinned)
+            elif edited is not None:
+                self._last_edit = edited
+                note = "accepted by the user" if edited == new else "edited by the user"
+                return Review(approved=True, spec=edited, by="user", note=note)
+
+    def _show(
+        self,
+        decision: Fix,
+        new: LaunchCommand,
+        note: str,
+        touches: Sequence[Touch],
+        alternative: LaunchCommand | None,
+    ) -> None:
+        """The note, what the change touches beyond tuning (pinned flags first), the proposal, and the
+        person's own edit when it is offered back."""
+        if note:
+            self._say(note, "bold yellow")
+        source = "the static check" if decision.playbook == "preflight" else decision.playbook or "the LLM"
+        for touch in touches:
+            if touch.pinned:
+                self._say(
+                    f"  pinned: {touch.edit} ({touch.classed.name} is pinned, so this proposal cannot be "
+                    "accepted: edit the command yourself, or skip)",
+                    "bold magenta",
+                )
+            elif touch.classed.edit_class != "tuning":
+                self._say(f"  {touch.classed.edit_class}: {touch.edit} ({touch.classed.rule})", "magenta")
+        self._say(f"proposed command (from {source}):", "bold")
+        self.console.print(Text(self._shown(new), style="cyan"), soft_wrap=True)
+        if alternative is not None:
+            fixed = alternative != self._last_edit
+            self._say(
+                "[y]our edit, with the static check's fixes:"
+                if fixed
+                else "[y]our edit, as you typed it (the check cannot fix it; [y] launches it anyway):",
+                "bold",
+            )
+            self.console.print(Text(self._shown(alternative), style="cyan"), soft_wrap=True)
+
+    def _decided(
+        self, action: str, new: LaunchCommand, alternative: LaunchCommand | None, pinned: list[str]
+    ) -> Review | None:
+        """The review an answer other than `edit` gives; None when it cannot be taken (asked again)."""
+        if action == "accept" and pinned:
+            self._say(
+                f"✗ the proposal changes pinned {', '.join(pinned)}: [e]dit the command yourself, [s]kip "
+                "the change, or [q]uit",
+                "bold red",
+            )
+            return None
+        if action == "accept":
+            return Review(approved=True, spec=new, by="user", note="accepted by the user")
+        if action == "yours" and alternative is not None:
+            return Review(approved=True, spec=alternative, by="user", note="edited by the user")
+        if action == "skip":
+            self._say("launching the command as it is, with no change", "dim")
+            return Review(approved=False, skip=True, by="user", note="skipped by the user: launched as it is")
+        if action == "llm":
+            self._say("asking the LLM for its diagnosis...", "dim")
+            return Review(approved=False, by="user", ask_llm=True, note="the user asked the LLM")
+        return Review(approved=False, declined=True, by="user", note="declined by the user")
 
     # ---- editing ---------------------------------------------------------------------------------
     def _edit_inline(self, old: LaunchCommand, new: LaunchCommand, attempt: int) -> LaunchCommand | None:
@@ -197,7 +268,11 @@ class InteractiveApprover:
             )
             return None
         if attempt > 0 and spec == old:
-            self._say("✗ that is the command that just failed: change something, or [q]uit", "bold red")
+            self._say(
+                "✗ that is the command that just failed: change something (an empty line goes back to the "
+                "menu, where [s]kip launches it again as it is)",
+                "bold red",
+            )
             return None
         return spec
 

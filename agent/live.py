@@ -29,10 +29,11 @@ from specdoctor.agent.events import (
     RunStartEvent,
     StageEvent,
     StopEvent,
+    SuperviseEvent,
     ToolCallEvent,
     masked,
 )
-from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE, outcome_label
+from specdoctor.agent.render import DIFF_STYLE, OUTCOME_STYLE, decided_by, outcome_label
 from specdoctor.playbooks.decision import Decision, Finding, Fix, Stop
 from specdoctor.tools.command import Canon, DiffLine, LaunchCommand, diff
 
@@ -74,16 +75,18 @@ def decision_panel(
     """The diagnosis as a person reads it before deciding: what is wrong, who says so, the log lines it
     rests on, and the change proposed."""
     if findings:
-        summary = f"{len(findings)} problem(s) found before launch"
-        who = "the static check (preflight)"
+        summary, who, decided = (
+            f"{len(findings)} problem(s) found before launch",
+            "the static check (preflight)",
+            True,
+        )
     else:
         summary = decision.summary
-        who = f"playbook {decision.playbook}" if decision.playbook else "no rule matched"
-        if planner.startswith("llm"):
-            who = f"the LLM ({planner[4:]})" if planner.startswith("llm:") else "the LLM"
+        who, decided = decided_by(planner, decision.playbook)
+    sure = f" · confidence {decision.confidence:.2f}" if decided else ""
     parts: list[RenderableType] = [
         Text.assemble((f"[{decision.category}] ", "bold magenta"), (summary, "bold")),
-        Text(f"by {who} · confidence {decision.confidence:.2f}", style="dim"),
+        Text(f"by {who}{sure}", style="dim"),
     ]
     parts.extend(finding_text(f) for f in findings)
     if decision.evidence:
@@ -185,7 +188,6 @@ class LiveView:
         self._live: Live | None = None
         self._live_lock = threading.RLock()
         self.max_launches: int | None = None
-        self.supervise = False
         self.command: LaunchCommand | None = None
         self.findings: tuple[Finding, ...] = ()
         self.corrected: LaunchCommand | None = None
@@ -223,8 +225,6 @@ class LiveView:
     # ---- events ----------------------------------------------------------------------------------
     def _run_start(self, e: RunStartEvent) -> None:
         self.max_launches = e.policy.get("budget", {}).get("max_launches")
-        # `supervise` is how transcripts written before `when_healthy` said it.
-        self.supervise = e.policy.get("when_healthy") == "supervise" or bool(e.policy.get("supervise"))
         self.command = LaunchCommand.parse(e.command)
         self.console.print(Text(f"specdoctor {e.mode} · {e.catalog_note}", style="dim"))
         self.console.print(Text(f"node: {e.gpu_summary}", style="dim"))
@@ -265,10 +265,13 @@ class LiveView:
         line.stylize(OUTCOME_STYLE.get(shown, "bold"))
         line.append(o.detail)
         self._print(line)
-        if o.kind == "healthy" and self.supervise:
-            self.console.print(
-                Text("the server is up; specdoctor keeps watching it (Ctrl-C stops it)", style="green")
-            )
+
+    def _supervise(self, e: SuperviseEvent) -> None:
+        pid = f" (pid {e.pid})" if e.pid is not None else ""
+        self._print(Text(f"serving at {e.url}{pid}", style="bold green"))
+        self.console.print(Text("working command:", style="bold"))
+        self.console.print(Text(e.command, style="green"), soft_wrap=True)
+        self.console.print(Text("supervising; Ctrl-C to stop", style="bold"))
 
     def _evidence(self, e: EvidenceEvent) -> None:
         self._run_live(f"diagnosing launch {e.attempt}", "reading the log")

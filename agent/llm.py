@@ -1,8 +1,10 @@
 """The LLM endpoint: its configuration, and a client that talks to any OpenAI-compatible server.
 
 Retries are ours alone (the `openai` package's own are switched off): a rate limit waits as long as the
-server asks (capped), a 5xx, a timeout or a dropped connection is retried with backoff, and anything the
-user must fix (a bad key, a wrong model name, a malformed request) fails at once with a one-line message.
+server asks (capped), a 5xx, a timeout or a dropped connection is retried with backoff, an endpoint that
+cannot be reached at all (refused, no route, no answer to connect within seconds) is retried once, and
+anything the user must fix (a bad key, a wrong model name, a malformed request) fails at once with a
+one-line message.
 Every message is redacted here, at the one place that sends, so no caller can leak a secret by mistake.
 """
 
@@ -61,10 +63,22 @@ class LLMConfig(BaseModel):
     api_key: SecretStr | None = Field(default=None, description="Bearer key; None for a local server.")
     model: str = Field(description="Model name the endpoint serves.")
     timeout_s: float = Field(default=60.0, gt=0, description="Seconds one request may take.")
+    connect_timeout_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="Seconds to open the connection: an endpoint that does not accept one by then is "
+        "unreachable, not slow.",
+    )
     max_retries: int = Field(
         default=3,
         ge=0,
         description="Retries of one request after a 429, a 5xx, a timeout or a lost connection.",
+    )
+    unreachable_retries: int = Field(
+        default=1,
+        ge=0,
+        description="Retries (at most max_retries) when the endpoint cannot be reached at all: refused, no "
+        "route, unknown name, no connection within connect_timeout_s. It rarely comes back within seconds.",
     )
     retry_wait_cap_s: float = Field(
         default=30.0, ge=0, description="Longest wait before a retry, whatever Retry-After asks for."
@@ -249,7 +263,7 @@ class LLMClient:
         if response_format:
             request["response_format"] = dict(response_format)
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.config.max_retries + 1),
+            stop=self._stop,
             wait=self._wait,
             retry=tenacity.retry_if_exception(lambda e: isinstance(e, LLMError) and e.kind in _TRANSIENT),
             sleep=self._record_sleep,
@@ -258,10 +272,9 @@ class LLMClient:
         try:
             reply = retrying(self._once, request)
         except LLMError as err:
-            if err.kind in _TRANSIENT and self.config.max_retries:
-                raise LLMError(
-                    f"{err} (after {self.config.max_retries + 1} tries)", err.kind, err.status
-                ) from None
+            tries = retrying.statistics.get("attempt_number", 1)
+            if err.kind in _TRANSIENT and tries > 1:
+                raise LLMError(f"{err} (after {tries} tries)", err.kind, err.status) from None
             raise
         self.usage = self.usage + reply.usage
         return reply
@@ -269,11 +282,13 @@ class LLMClient:
     # -- one request -------------------------------------------------------------------------------
     def _client(self) -> Any:
         if self._openai is None:
+            import httpx
             import openai
 
             key = self.config.api_key.get_secret_value() if self.config.api_key else _LOCAL_KEY
+            timeout = httpx.Timeout(self.config.timeout_s, connect=self.config.connect_timeout_s)
             self._openai = openai.OpenAI(
-                base_url=self.config.base_url, api_key=key, timeout=self.config.timeout_s, max_retries=0
+                base_url=self.config.base_url, api_key=key, timeout=timeout, max_retries=0
             )
         return self._openai
 
@@ -284,7 +299,13 @@ class LLMClient:
             response = self._client().chat.completions.create(**request)
         except openai.APIStatusError as exc:
             raise self._status_error(exc) from None
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as exc:
+            if _connect_timed_out(exc):
+                raise LLMError(
+                    f"cannot reach the LLM endpoint {self.config.base_url} (no connection within "
+                    f"{self.config.connect_timeout_s:g}s): check SPECDOCTOR_LLM_BASE_URL",
+                    "connection",
+                ) from None
             raise LLMError(
                 f"the LLM endpoint {self.config.base_url} did not answer within {self.config.timeout_s:g}s: "
                 "check that it is up, or raise the LLM timeout",
@@ -361,6 +382,14 @@ class LLMClient:
         return LLMError(f"{where} rejected the request ({status}: {detail})", "bad-request", status)
 
     # -- waiting -----------------------------------------------------------------------------------
+    def _stop(self, state: Any) -> bool:
+        """Whether the attempts are spent: fewer for an endpoint that cannot be reached at all."""
+        error = state.outcome.exception() if state.outcome else None
+        retries = self.config.max_retries
+        if isinstance(error, LLMError) and error.kind == "connection":
+            retries = min(retries, self.config.unreachable_retries)
+        return state.attempt_number > retries
+
     def _wait(self, state: Any) -> float:
         error = state.outcome.exception() if state.outcome else None
         asked = error.retry_after if isinstance(error, LLMError) else None
@@ -403,6 +432,13 @@ def _error_detail(exc: Any) -> str:
         if message:
             return " ".join(str(message).split())[:300]
     return " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+
+
+def _connect_timed_out(exc: BaseException) -> bool:
+    """The timeout was on opening the connection (nobody accepted it), not on the answer."""
+    import httpx
+
+    return isinstance(exc.__cause__, httpx.ConnectTimeout)
 
 
 def _cause(exc: BaseException) -> str:

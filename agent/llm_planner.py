@@ -364,6 +364,13 @@ def parse_proposal(raw: str | dict[str, Any] | None) -> Proposal | str:
 # ---- the planner -------------------------------------------------------------------------------------
 
 
+UNREACHABLE = "llm-unreachable"
+"""The planner label of a stop made because the LLM endpoint could not be reached or did not answer: the
+LLM decided nothing, so nothing is credited to it."""
+FAILED = "llm-failed"
+"""The planner label of a stop made because the LLM endpoint refused the request (key, model, format)."""
+
+
 class LLMPlanner:
     """Implements the Planner protocol with an OpenAI-compatible model, its read-only tools and preflight."""
 
@@ -380,6 +387,8 @@ class LLMPlanner:
         """What happened in the last `decide`, one line a step (tool calls, rejections), for transcripts."""
         self.note: str | None = None
         """Why the last `decide` returned None, or None when it decided."""
+        self.last_error: LLMError | None = None
+        """Why the endpoint gave no answer in the last `decide`, when it gave none."""
         self._disabled: str | None = None
 
     @property
@@ -394,9 +403,13 @@ class LLMPlanner:
     def plan(self, ctx: Context) -> Planned:
         """The decision with the tokens it cost, or no decision and why."""
         decision = self.decide(ctx)
+        error = self.last_error
+        label = (
+            self.name if error is None else UNREACHABLE if error.kind in ("connection", "timeout") else FAILED
+        )
         return Planned(
             decision=decision,
-            planner=self.name,
+            planner=label,
             prompt_tokens=self.last_usage.prompt_tokens,
             completion_tokens=self.last_usage.completion_tokens,
             note=self.note or "",
@@ -404,7 +417,7 @@ class LLMPlanner:
         )
 
     def decide(self, ctx: Context) -> Decision | None:
-        self.note = None
+        self.note, self.last_error = None, None
         if self._disabled:
             self.note = self._disabled
             return None
@@ -416,6 +429,7 @@ class LLMPlanner:
         try:
             return session.run()
         except LLMError as err:
+            self.last_error = err
             if err.kind in ("auth", "not-found"):
                 self._disabled = f"LLM planner off for this run: {err}"
             return _stop(ctx, f"the LLM planner could not be asked: {err}")

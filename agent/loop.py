@@ -60,7 +60,7 @@ class Loop:
         self.spending = Spending(settings.budget, token_budget)
         self.restarts = RestartPolicy(settings.backoff, supervise=settings.when_healthy == "supervise")
         self.supervisor = Supervisor(settings.when_healthy, bus, settings.require_acceptance)
-        self.reviewer = Reviewer(approver, catalog, bus, llm, self._record)
+        self.reviewer = Reviewer(approver, catalog, bus, llm, self._record, frozenset(settings.pinned))
 
     def run(self) -> LoopResult:
         try:

@@ -66,6 +66,11 @@ class LoopSettings(BaseModel):
     gpu_release_s: float = Field(
         120.0, ge=0, description="How long to wait for our old processes to leave the GPUs."
     )
+    pinned: tuple[str, ...] = Field(
+        (),
+        description="Flags (canonical names) no automatic decision may change, --allow included: `--pin FLAG`, "
+        "and deploy's --port and --host unless --no-pin.",
+    )
     log_dir: Path = Field(description="Where each launch's log is written.")
 
 

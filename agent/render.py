@@ -23,6 +23,26 @@ OUTCOME_STYLE = {
 }
 
 
+_UNDECIDED = {
+    "none": "no rule matched",
+    "llm-unreachable": "the LLM was unreachable",
+    "llm-failed": "the LLM could not be asked",
+}
+"""Planner labels of a stop nobody decided: no confidence is shown for them."""
+
+
+def decided_by(planner: str, playbook: str | None) -> tuple[str, bool]:
+    """Who made a decision, for a person (`playbook X`, `the LLM (gpt-4.1-mini)`), and whether a planner
+    really decided (False: no rule matched, or the LLM could not be reached or asked)."""
+    if planner in _UNDECIDED:
+        return _UNDECIDED[planner], False
+    if playbook:
+        return f"playbook {playbook}", True
+    if planner.startswith("llm:"):
+        return f"the LLM ({planner[4:]})", True
+    return ("the LLM" if planner == "llm" else planner), True
+
+
 def outcome_label(outcome: Outcome) -> str:
     """The outcome's name for a person: a server whose acceptance was not measured is not plainly healthy."""
     return "healthy, acceptance unmeasured" if outcome.acceptance == "unmeasured" else outcome.kind

@@ -60,7 +60,7 @@ def replay(transcript: Transcript, planner: Planner | None = None) -> list[Step]
         evidence = next((e for e in group.events if isinstance(e, EvidenceEvent)), None)
         if outcome is None or recorded is None:
             continue
-        if evidence is None or recorded.planner == "llm":
+        if evidence is None or recorded.planner.startswith("llm"):
             skipped = (
                 "no evidence was recorded for this attempt"
                 if evidence is None

@@ -22,6 +22,7 @@ from specdoctor.agent.events import (
     ApprovalEvent,
     BudgetEvent,
     DecisionEvent,
+    DetachEvent,
     EditEvent,
     Event,
     HealthEvent,
@@ -37,6 +38,7 @@ from specdoctor.agent.events import (
 )
 from specdoctor.playbooks.decision import Category
 from specdoctor.tools.command import Edit
+from specdoctor.tools.detached import DetachedServer
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.outcome import AcceptanceVerdict, OutcomeKind
 
@@ -124,6 +126,10 @@ class RunReport(BaseModel):
     command: str | None = Field(default=None, description="The command as given.")
     final_command: str | None = Field(default=None, description="The command that worked, if one did.")
     last_command: str | None = Field(default=None, description="The command launched or set up last.")
+    detached: DetachedServer | None = Field(
+        default=None,
+        description="The server left running (deploy --detach): what `specdoctor stop` checks and stops.",
+    )
     preflight: PreflightSummary | None = None
     attempts: tuple[AttemptReport, ...] = ()
     launches_used: int = 0
@@ -163,9 +169,23 @@ class ReportBuilder:
         return write_atomic(Path(path), self.report().to_json())
 
 
+def check_report_path(path: str | os.PathLike[str]) -> Path:
+    """A `--report FILE` whose folder exists, checked before the run spends anything. A folder is never
+    made for it: a mistyped path must not leave a new folder somewhere (at `/` when run as root)."""
+    target = Path(path)
+    if target.is_dir():
+        raise ReportError(f"--report {target}: that is a folder; give a file name in it")
+    if not target.parent.is_dir():
+        raise ReportError(
+            f"--report {target}: the folder {target.parent} does not exist; create it first or give another path"
+        )
+    return target
+
+
 def write_atomic(path: Path, text: str) -> Path:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            raise FileNotFoundError(2, f"the folder {path.parent} does not exist")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise ReportError(
@@ -208,6 +228,7 @@ def build_report(events: list[Event]) -> RunReport:
         command=start.command if start else None,
         final_command=stop.final_command if stop else None,
         last_command=last_command,
+        detached=detach.server if (detach := _last(events, DetachEvent)) else None,
         preflight=preflight,
         attempts=tuple(attempts),
         launches_used=sum(isinstance(e, LaunchEvent) for e in events),

@@ -15,6 +15,7 @@ _EXIT = {
     "stopped": exitcodes.STOPPED,
     "budget": exitcodes.BUDGET,
     "interrupted": exitcodes.INTERRUPTED,
+    "declined": exitcodes.INTERRUPTED,
 }
 
 
@@ -81,3 +82,9 @@ class Interrupted(LoopExit):
     """Ctrl-C or SIGTERM: the engine was stopped and the transcript closed."""
 
     kind = "interrupted"
+
+
+class Declined(LoopExit):
+    """The person at a `fix` prompt quit: the change was declined and nothing more is launched."""
+
+    kind = "declined"

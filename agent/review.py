@@ -1,5 +1,6 @@
 """The one way a proposed fix becomes the next command: the approver sees it, a person's own edit is
-checked before it costs a launch, the LLM may be asked instead, and a command already tried is refused."""
+checked before it costs a launch, the LLM may be asked instead, a pinned flag is never changed unasked, and
+a command already tried is refused."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from specdoctor.agent.approve import Approver, Review
 from specdoctor.agent.events import ApprovalEvent, EditEvent, EventBus
 from specdoctor.agent.planner import Planned, Planner
 from specdoctor.agent.preflight import preflight
-from specdoctor.agent.results import Stopped
+from specdoctor.agent.results import Declined, Stopped
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.decision import Fix
-from specdoctor.playbooks.gate import invalid_edits, touches
+from specdoctor.playbooks.gate import Touch, invalid_edits, touches
+from specdoctor.playbooks.host_checks import port_of
+from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand, SetFlag, SetFreePort
 from specdoctor.tools.gpu import GpuReport
+from specdoctor.tools.port_owner import held_by
 from specdoctor.tools.system import find_free_port
 
 Record = Callable[[int, Planned], None]
@@ -24,9 +28,17 @@ Record = Callable[[int, Planned], None]
 
 class Reviewer:
     def __init__(
-        self, approver: Approver, catalog: FlagCatalog, bus: EventBus, llm: Planner | None, record: Record
+        self,
+        approver: Approver,
+        catalog: FlagCatalog,
+        bus: EventBus,
+        llm: Planner | None,
+        record: Record,
+        pinned: frozenset[str] = frozenset(),
     ) -> None:
         self.approver, self.catalog, self.bus, self.llm, self.record = approver, catalog, bus, llm, record
+        self.pinned = pinned
+        """Canonical flags no automatic decision may change (`--pin`, deploy's --port and --host)."""
         self.last_ctx: Context | None = None
         """The last failure, for a second opinion."""
         self.gpus: GpuReport | None = None
@@ -60,6 +72,10 @@ class Reviewer:
                 refused=review.refused,
             )
         )
+        if review.declined:
+            raise Declined(f"declined by the user at the prompt: {decision.summary}", command)
+        if review.skip:
+            return command
         if not review.approved or review.spec is None:
             raise Stopped(f"the change was not applied: {review.note}", command)
         if review.spec in tried:
@@ -81,39 +97,62 @@ class Reviewer:
         self, command: LaunchCommand, decision: Fix, attempt: int, corrected: LaunchCommand | None
     ) -> tuple[Fix, Review, LaunchCommand]:
         """Ask until the approver settles (the decision, the review, and the command it was shown): a
-        person's edit with problems, or a request for the LLM's opinion, goes round again with a note."""
+        person's edit with problems goes round again with the proposal and the edit as the static check
+        fixed it both offered, and a request for the LLM's opinion goes round with the LLM's proposal."""
         proposed = resolve_ports(
             corrected or command.apply_all(decision.edits, self.catalog.canonical), decision
         )
-        note = ""
+        note, alternative = "", None
         while True:
-            found = touches(decision.edits, self.catalog, command)
-            review = self.approver.review(command, decision, proposed, attempt, note=note, touches=found)
-            if not review.ask_llm:
-                checked = self._check_edit(review, proposed)
-                if checked is None:
-                    return decision, review, proposed
-                proposed, note = checked
+            found = touches(decision.edits, self.catalog, command, self.pinned)
+            holder = self._port_holder(command, found)
+            review = self.approver.review(
+                command,
+                decision,
+                proposed,
+                attempt,
+                note="; ".join(x for x in (note, holder) if x),
+                touches=found,
+                alternative=alternative,
+            )
+            if review.ask_llm:
+                other, note = self._second_opinion(attempt)
+                if isinstance(other, Fix):
+                    decision = other
+                    proposed = resolve_ports(command.apply_all(other.edits, self.catalog.canonical), other)
                 continue
-            other, note = self._second_opinion(attempt)
-            if isinstance(other, Fix):
-                decision = other
-                proposed = resolve_ports(command.apply_all(other.edits, self.catalog.canonical), other)
+            if holder and any(r.pinned for r in review.refused):
+                review = review.model_copy(update={"note": f"{review.note}; {holder}"})
+            checked = self._check_edit(review, proposed, alternative)
+            if checked is None:
+                return decision, review, proposed
+            alternative, note = checked
 
-    def _check_edit(self, review: Review, proposed: LaunchCommand) -> tuple[LaunchCommand, str] | None:
-        """A command a person typed goes through preflight before it costs a launch; found problems are
-        shown and the fixed command proposed (accepting the same command again overrides the check)."""
+    def _check_edit(
+        self, review: Review, proposed: LaunchCommand, alternative: LaunchCommand | None
+    ) -> tuple[LaunchCommand, str] | None:
+        """A command a person typed goes through preflight before it costs a launch. With problems, the
+        edit as the check fixes it is offered beside the proposal (as typed when the check cannot fix it,
+        or its fix would move a pinned flag); accepting an offered command launches it as it is."""
         edited = review.spec
-        if review.by != "user" or not review.approved or edited is None or edited == proposed:
+        if review.by != "user" or not review.approved or edited is None or edited in (proposed, alternative):
             return None
         report = preflight(edited, self.catalog, gpus=self.gpus, host=True)
         errors = [f for f in report.findings if f.severity == "error"]
         if not errors:
             return None
+        fixed = report.corrected
+        if any(t.pinned for t in touches(report.edits(), self.catalog, edited, self.pinned)):
+            fixed = edited
         note = "your edit has problems: " + "; ".join(f.message for f in errors[:3])
-        if report.corrected != edited:
-            note += " (the command below fixes them)"
-        return report.corrected, note
+        return fixed, note
+
+    def _port_holder(self, command: LaunchCommand, found: list[Touch]) -> str:
+        """Who holds the command's port, when the change would move a pinned --port (empty otherwise)."""
+        if not any(t.pinned and t.classed.name == "--port" for t in found):
+            return ""
+        port, host = port_of(CommandView(command, self.catalog))
+        return held_by(host, port) or ""
 
     def _second_opinion(self, attempt: int) -> tuple[Fix | None, str]:
         """The LLM's decision on the last failure, when a person asked for it instead of the playbook's."""

@@ -48,11 +48,14 @@ class Session:
     def prepare(cls, args: argparse.Namespace) -> tuple[LaunchCommand, CatalogChoice, Path]:
         """What `deploy` and `fix` start from: signal handling, the command, its catalog, the run folder."""
         from specdoctor.agent.commands.common import choose_catalog, read_spec
+        from specdoctor.agent.report import check_report_path
         from specdoctor.tools.process import install_signal_handlers
 
         install_signal_handlers()
         spec = read_spec(args)
         check_launchable(spec)
+        if getattr(args, "report", None):
+            check_report_path(args.report)
         return spec, choose_catalog(spec, args, launching=True), make_run_dir(args.run_dir)
 
     def run(self, args: argparse.Namespace) -> LoopResult:
@@ -114,7 +117,9 @@ def launcher_for(args: argparse.Namespace) -> Launcher:
     return RealLauncher()
 
 
-def settings_for(args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode) -> LoopSettings:
+def settings_for(
+    args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode, pinned: tuple[str, ...] = ()
+) -> LoopSettings:
     simulated = bool(getattr(args, "simulate", None))
     # The simulated node compresses time; its stage deadlines, /health polls and backoff shrink with it.
     scale = args.sim_speed if simulated else 1.0
@@ -128,5 +133,6 @@ def settings_for(args: argparse.Namespace, run_dir: Path, *, when_healthy: Mode)
         when_healthy=when_healthy,
         allow_kill=getattr(args, "allow_kill", False),
         require_acceptance=getattr(args, "require_acceptance", False),
+        pinned=pinned,
         log_dir=run_dir,
     )

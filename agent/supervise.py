@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from specdoctor.agent.events import EventBus, OutcomeEvent
+from specdoctor.agent.events import DetachEvent, EventBus, OutcomeEvent, SuperviseEvent
 from specdoctor.agent.policy import Mode
 from specdoctor.agent.results import Attempt, Healthy, Stopped
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.detached import DetachedServer
 from specdoctor.tools.outcome import Outcome
 from specdoctor.tools.process import EngineProcess
 
@@ -36,6 +37,7 @@ class Supervisor:
         caveat = ", speculative acceptance unmeasured" if unmeasured else ""
         if self.mode == "detach":
             engine.detach()
+            self.bus.emit(DetachEvent(attempt=attempt.number, server=_detached(engine, url, command)))
             raise Healthy(
                 f"the server is healthy{caveat} and left running (pid {engine.pid})",
                 command,
@@ -45,6 +47,9 @@ class Supervisor:
             )
         if self.mode == "stop":
             raise Healthy(f"the server is healthy{caveat}: {outcome.detail}", command, url=url)
+        self.bus.emit(
+            SuperviseEvent(attempt=attempt.number, url=url, pid=engine.pid, command=command.shell())
+        )
         return self._until_exit(engine, attempt)
 
     def _until_exit(self, engine: EngineProcess, attempt: Attempt) -> Outcome:
@@ -65,3 +70,16 @@ class Supervisor:
         attempt.outcome = crashed
         self.bus.emit(OutcomeEvent(attempt=attempt.number, outcome=crashed))
         return crashed
+
+
+def _detached(engine: EngineProcess, url: str, command: LaunchCommand) -> DetachedServer:
+    identity = engine.identity
+    return DetachedServer(
+        pid=engine.pid,
+        pgid=identity.pgid,
+        start_time=identity.leader_start,
+        engine_id=identity.marker,
+        url=url,
+        log_path=str(engine.log_path),
+        command=command.shell(),
+    )

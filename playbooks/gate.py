@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.playbooks.spec_checks import builtin_algorithms
 from specdoctor.playbooks.view import CommandView
@@ -49,6 +49,9 @@ class Refusal(BaseModel):
     edit: str
     reason: str
     edit_class: EditClass | None = None
+    pinned: bool = Field(
+        default=False, description="It touches a flag the run pinned: no automatic change makes it."
+    )
 
 
 def invalid_edits(
@@ -76,6 +79,11 @@ class Touch(BaseModel):
     edit: str
     classed: Classed
     is_env: bool = False
+    pinned: bool = Field(
+        default=False,
+        description="A flag the run pinned (`--pin`, deploy's --port and --host): never changed by an "
+        "automatic decision.",
+    )
 
 
 _PARALLEL = (
@@ -89,9 +97,15 @@ _PARALLEL = (
 )
 
 
-def touches(edits: Sequence[Edit], catalog: FlagCatalog, command: LaunchCommand | None = None) -> list[Touch]:
-    """Every flag or variable the edits touch, classed (a rename touches both names). In a multi-node
-    `command` the parallel sizes are its topology, set on every node: never changed unasked."""
+def touches(
+    edits: Sequence[Edit],
+    catalog: FlagCatalog,
+    command: LaunchCommand | None = None,
+    pinned: frozenset[str] = frozenset(),
+) -> list[Touch]:
+    """Every flag or variable the edits touch, classed (a rename touches both names), and whether it is
+    one of the run's `pinned` flags (canonical names). In a multi-node `command` the parallel sizes are
+    its topology, set on every node: never changed unasked."""
     policy = edit_policy()
     multi_node = command is not None and CommandView(command, catalog).nnodes > 1
     found: list[Touch] = []
@@ -107,15 +121,34 @@ def touches(edits: Sequence[Edit], catalog: FlagCatalog, command: LaunchCommand 
                 classed = Classed(
                     name=classed.name, edit_class="identity", rule="a parallel size of a multi-node launch"
                 )
-            found.append(Touch(edit=_describe(edit), classed=classed))
+            found.append(Touch(edit=_describe(edit), classed=classed, pinned=classed.name in pinned))
     return found
 
 
+def pinned_reason(flag: str) -> str:
+    """Why a pinned flag is not changed, and how a person changes it."""
+    return (
+        f"{flag} is pinned: no automatic change touches it, --allow included (deploy pins --port and --host "
+        f"unless --no-pin; --pin FLAG pins others); change it by hand if it must change"
+    )
+
+
 def needing_a_person(found: Sequence[Touch], allowance: Allowance) -> list[Refusal]:
-    """What this run may not change unattended: anything beyond tuning the user did not allow."""
+    """What this run may not change unattended: a pinned flag, whatever is allowed, and anything beyond
+    tuning the user did not allow."""
     refusals = []
     for touch in found:
         classed = touch.classed
+        if touch.pinned:
+            refusals.append(
+                Refusal(
+                    edit=touch.edit,
+                    reason=pinned_reason(classed.name),
+                    edit_class=classed.edit_class,
+                    pinned=True,
+                )
+            )
+            continue
         if allowance.permits(classed, touch.is_env):
             continue
         how = f"--allow-env {classed.name}" if touch.is_env else f"--allow {classed.name.removeprefix('--')}"

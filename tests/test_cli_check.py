@@ -44,9 +44,23 @@ def test_json_output_is_one_object(model):
     proc = specdoctor("check", "--json", "--", line)
     data = json.loads(proc.stdout)
     assert proc.returncode == 1 and data["ok"] is False
-    assert data["command"].endswith("--mem-fraction-static 0.9")
+    # vLLM's fraction is not SGLang's --mem-fraction-static: the value is dropped, not carried over.
+    assert (
+        data["command"].endswith(f"--model-path {model}") and "--mem-fraction-static" not in data["command"]
+    )
     assert data["findings"][0]["code"] == "foreign-flag"
     assert data["changes"] and data["argv"][:3] == ENTRY
+
+
+def test_vllm_memory_utilization_is_never_given_to_mem_fraction_static(model):
+    """The tool's own note says the two quantities differ, so no fix may claim they are equal."""
+    line = f"python -m sglang.launch_server --model-path {model} --gpu-memory-utilization 0.9"
+    data = json.loads(specdoctor("check", "--json", "--", line).stdout)
+    [finding] = data["findings"]
+    assert finding["edits"] == [{"op": "remove", "flag": "--gpu-memory-utilization"}]
+    assert "SGLang spells it" not in finding["message"]
+    assert "not the same quantity" in finding["why"] and "by hand" in finding["why"]
+    assert "0.9" not in data["command"]
 
 
 def test_check_against_an_older_release(model):
@@ -90,3 +104,37 @@ def test_help_stays_light():
     code = "import sys; from specdoctor.agent.cli import build_parser; build_parser(); print(sorted(m for m in ('pydantic', 'openai', 'httpx', 'rich', 'mcp', 'specdoctor.agent.loop') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["check", "deploy", "fix"])
+def test_a_missing_command_is_shown_with_the_verb_that_was_run(verb):
+    proc = specdoctor(verb, "--")
+    assert proc.returncode == 2
+    assert f"e.g. `specdoctor {verb} -- python -m sglang.launch_server ...`" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_report_into_a_missing_folder_is_refused_before_anything_runs(tmp_path):
+    report = tmp_path / "no-such-folder" / "report.json"
+    run_dir = tmp_path / "run"
+    proc = specdoctor(
+        "deploy", "--simulate", "h200x8", "--report", str(report), "--run-dir", str(run_dir), "--", *ENTRY
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"the folder {report.parent} does not exist" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not report.parent.exists() and not run_dir.exists()
+
+
+def test_a_pin_must_name_a_flag(tmp_path):
+    proc = specdoctor(
+        "deploy",
+        "--pin",
+        "nonsense",
+        "--simulate",
+        "h200x8",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--",
+        *ENTRY,
+    )
+    assert proc.returncode == 2 and "--pin nonsense: not a flag of SGLang" in proc.stderr

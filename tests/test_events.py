@@ -14,6 +14,7 @@ from specdoctor.agent.events import (
     ApprovalEvent,
     BudgetEvent,
     DecisionEvent,
+    DetachEvent,
     EditEvent,
     EnvFingerprint,
     Event,
@@ -26,6 +27,7 @@ from specdoctor.agent.events import (
     RunStartEvent,
     StageEvent,
     StopEvent,
+    SuperviseEvent,
     ToolCallEvent,
     ToolResultEvent,
     bounded,
@@ -34,6 +36,7 @@ from specdoctor.agent.events import (
 )
 from specdoctor.playbooks.decision import Finding, Fix
 from specdoctor.tools.command import LaunchCommand, RenameFlag, SetEnv, SetFlag
+from specdoctor.tools.detached import DetachedServer
 from specdoctor.tools.gpu import parse_gpus_description
 from specdoctor.tools.logs import extract_root_cause
 from specdoctor.tools.outcome import Outcome
@@ -65,7 +68,8 @@ def _log_line(name: str, needle: str) -> str:
 
 def whole_run() -> list[Event]:
     """The story specdoctor automates: a misspelt flag fixed in preflight, then EAGLE on an EAGLE-3 draft
-    (healthy but accept length 1.0) fixed by the planner, then a healthy server."""
+    (healthy but accept length 1.0) fixed by the planner, then a healthy server, supervised and (to cover
+    every event type) then left running as `deploy --detach` leaves it."""
     seed = LaunchCommand.parse(SEED)
     rename = RenameFlag(flag="--num-speculative-tokens", to="--speculative-num-draft-tokens")
     first = seed.apply(rename)
@@ -209,6 +213,19 @@ def whole_run() -> list[Event]:
             attempt=2,
             outcome=Outcome(
                 kind="healthy", stage="ready", ready_seen=True, accept_length=3.41, elapsed_s=298.0
+            ),
+        ),
+        SuperviseEvent(attempt=2, url="http://127.0.0.1:30000", pid=49120, command=second.shell()),
+        DetachEvent(
+            attempt=2,
+            server=DetachedServer(
+                pid=49120,
+                pgid=49120,
+                start_time=8812345,
+                engine_id="525720a5f96a4d56b6ef9387fe869860",
+                url="http://127.0.0.1:30000",
+                log_path=log.format(2),
+                command=second.shell(),
             ),
         ),
         StopEvent(

@@ -208,20 +208,84 @@ def test_an_edit_must_parse_and_keep_the_program(tmp_path):
     run.expect(EDIT_PROMPT)
     run.child.send(KILL_LINE + "\r")  # an empty line goes back to the menu
     run.answer("q")
-    assert run.finish() == 3
+    assert run.finish() == 130  # quitting is declining, not "no flag change can help"
     assert of(run.events(), "launch") == []
 
 
-def test_quitting_at_the_first_prompt_launches_nothing(tmp_path):
+def test_quitting_at_the_first_prompt_launches_nothing_and_exits_130_declined(tmp_path):
     run = Fix(tmp_path, faulty_command())
     run.answer("q")
-    assert run.finish() == 3
+    assert run.finish() == 130
     events = run.events()
     [approval] = of(events, "approval")
-    assert approval["approved"] is False and approval["note"] == "refused by the user"
+    assert approval["approved"] is False and approval["note"] == "declined by the user"
     assert of(events, "launch") == [] and of(events, "edit") == []
-    assert events[-1]["type"] == "stop" and events[-1]["result"] == "stopped"
-    assert "refused by the user" in run.screen
+    assert events[-1]["type"] == "stop" and events[-1]["result"] == "declined"
+    assert events[-1]["exit_code"] == 130
+    assert "DECLINED · exit 130" in run.screen and "declined by the user" in run.screen
+    assert "no flag change can help" not in run.screen
+
+
+def test_an_edit_with_problems_goes_back_to_the_prompt_with_both_commands_offered(tmp_path):
+    cmd = command()
+    run = Fix(tmp_path, cmd)
+    run.answer("e")
+    run.expect(EDIT_PROMPT)
+    # A typo in the flag: the static check finds it before any launch, and knows its fix.
+    run.child.send(
+        KILL_LINE + " ".join(cmd).replace("--mem-fraction-static 0.97", "--mem-fraction-statc 0.7") + "\r"
+    )
+    run.expect("your edit has problems")
+    run.expect("[y]our edit, with the static check's fixes:")
+    run.answer("y")
+    assert run.finish() == 0
+    screen = run.screen
+    assert "launching your command" not in screen
+    # Back at the prompt: the playbook's own proposal is still the proposal, the fixed edit beside it.
+    offered = screen.split("your edit has problems", 1)[1]
+    proposal = offered.split("proposed command (from ", 1)[1].split("[y]our edit", 1)[0]
+    assert "sglang.cuda-graph" in proposal.splitlines()[0]
+    assert "--mem-fraction-statc" not in proposal and "--mem-fraction-static 0.7" not in proposal
+    fixed = offered.split("[y]our edit, with the static check's fixes:", 1)[1].split(MENU, 1)[0]
+    assert "--mem-fraction-static 0.7" in fixed
+    events = run.events()
+    launched = [e["command"] for e in of(events, "launch")]
+    assert len(launched) == 2 and launched[1].endswith("--mem-fraction-static 0.7")
+    assert "--mem-fraction-statc" not in " ".join(launched)
+    assert events[-1]["result"] == "healthy"
+
+
+def test_skip_launches_the_command_as_it_is(tmp_path):
+    run = Fix(tmp_path, command())
+    run.expect("[s]kip")
+    run.answer("s")  # the capture OOM: relaunch unchanged
+    run.expect("launching the command as it is")
+    run.answer("q")  # the same failure again: decline
+    assert run.finish() == 130
+    events = run.events()
+    launched = [e["command"] for e in of(events, "launch")]
+    assert len(launched) == 2 and launched[0] == launched[1]
+    assert launched[1].endswith("--mem-fraction-static 0.97")
+    approvals = [(a["approved"], a["note"]) for a in of(events, "approval")]
+    assert approvals == [
+        (False, "skipped by the user: launched as it is"),
+        (False, "declined by the user"),
+    ]
+    assert of(events, "edit") == []
+    assert events[-1]["result"] == "declined" and events[-1]["exit_code"] == 130
+
+
+def test_a_pinned_flag_is_shown_pinned_and_its_change_cannot_be_accepted(tmp_path):
+    run = Fix(tmp_path, command(), options=("--pin", "mem-fraction-static"))
+    run.expect("pinned: set --mem-fraction-static")
+    run.answer("a")
+    run.expect("the proposal changes pinned --mem-fraction-static")
+    run.answer("q")
+    assert run.finish() == 130
+    events = run.events()
+    assert len(of(events, "launch")) == 1 and of(events, "edit") == []
+    assert of(events, "run_start")[0]["policy"]["pinned"] == ["--mem-fraction-static"]
+    assert [a["note"] for a in of(events, "approval")] == ["declined by the user"]
 
 
 def test_asking_the_llm_without_an_endpoint_says_so_and_asks_again(tmp_path):
@@ -229,7 +293,7 @@ def test_asking_the_llm_without_an_endpoint_says_so_and_asks_again(tmp_path):
     run.answer("l")
     run.expect("no LLM endpoint is configured")
     run.answer("q")
-    assert run.finish() == 3
+    assert run.finish() == 130
     assert run.screen.count(MENU) == 2
     assert of(run.events(), "launch") == []
 

@@ -212,6 +212,41 @@ def test_nothing_listening_is_a_connection_error() -> None:
     assert f"cannot reach the LLM endpoint http://127.0.0.1:{port}/v1" in str(caught.value)
 
 
+def test_an_unreachable_endpoint_is_tried_twice_not_four_times() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = LLMClient(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m"), sleep=lambda _: None)
+    with pytest.raises(LLMError) as caught:
+        client.chat(MESSAGES)
+    assert caught.value.kind == "connection" and str(caught.value).endswith("(after 2 tries)")
+    assert client.waits == [1.0]
+
+
+def test_a_connection_nobody_accepts_is_unreachable_within_the_connect_timeout() -> None:
+    # A listener whose accept queue is full drops new connection attempts, as a firewalled host does.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        queued = [socket.socket() for _ in range(4)]
+        for s in queued:
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+        time.sleep(0.2)
+        config = LLMConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", model="m", connect_timeout_s=0.3, unreachable_retries=0
+        )
+        began = time.monotonic()
+        with pytest.raises(LLMError) as caught:
+            LLMClient(config, sleep=lambda _: None).chat(MESSAGES)
+        elapsed = time.monotonic() - began
+        for s in queued:
+            s.close()
+    assert caught.value.kind == "connection" and "no connection within 0.3s" in str(caught.value)
+    assert elapsed < config.timeout_s
+
+
 def test_messages_are_redacted_before_they_are_sent() -> None:
     secret = [
         {"role": "user", "content": "run with HF_TOKEN=hf_abcdefghijklmnop --api-key sk-test-0123456789"}

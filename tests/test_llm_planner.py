@@ -269,6 +269,34 @@ def test_a_rejected_key_stops_with_one_clear_line_and_turns_the_llm_off(seed: Co
     assert len(stub.requests) == 1
 
 
+def test_an_unreachable_llm_is_labelled_unreachable_and_given_no_confidence(seed: Context) -> None:
+    import io
+    import socket
+    import time
+
+    from specdoctor.agent.console import ConsoleSink
+    from specdoctor.agent.events import DecisionEvent
+    from specdoctor.agent.render import Out
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m")  # the default retries
+    slept: list[float] = []
+    planner = LLMPlanner(config, client=LLMClient(config, sleep=slept.append))
+    began = time.monotonic()
+    planned = planner.plan(seed)
+    assert time.monotonic() - began < 5
+    assert slept == [1.0]  # one retry for an endpoint nobody answers, not three with growing waits
+    assert planned.planner == "llm-unreachable" and isinstance(planned.decision, Stop)
+    assert "cannot reach the LLM endpoint" in planned.decision.summary
+    screen = io.StringIO()
+    ConsoleSink(Out(screen, color=False)).handle(DecisionEvent.for_planned(1, planned))
+    line = screen.getvalue().splitlines()[0]
+    assert "(the LLM was unreachable): the LLM planner could not be asked" in line
+    assert "confidence" not in line
+
+
 def test_a_timeout_is_retried_then_stops_clearly(seed: Context) -> None:
     with StubLLM(slow(1.0), slow(1.0)) as stub:
         planner, _ = planner_for(stub, timeout_s=0.2, max_retries=1)

@@ -303,6 +303,8 @@ def test_accept_length_from_decode_batch_lines() -> None:
         ),
         ('  File "/x.py", line 3, in f', '  File "/x.py", line 3, in f'),
         ("[...]", "[...]"),
+        ('[rank1]:   File "/x.py", line 3, in f', '  File "/x.py", line 3, in f'),
+        ("[rank0]: RuntimeError: NCCL error", "RuntimeError: NCCL error"),
     ],
 )
 def test_strip_prefix(line: str, message: str) -> None:
@@ -438,6 +440,35 @@ def test_vllm_prefixed_traceback() -> None:
     assert "Shutting down" not in root.message
     assert root.wrapper == "EngineCore failed to start"
     assert root.frames[-1][1:] == (506, "run_engine_core")
+
+
+def test_rank_tagged_nccl_traceback_names_the_exception_not_its_header() -> None:
+    # torch.distributed tags every line of a rank's traceback with `[rank0]: `; NCCL's own warning that says
+    # why (P2P between GeForce cards) follows it untagged.
+    site = "/usr/local/lib/python3.10/dist-packages/sglang/srt/distributed/device_communicators"
+    lines = [
+        "[2025-03-01 10:00:01 TP0] Init torch distributed begin.",
+        "[rank0]: Traceback (most recent call last):",
+        f'[rank0]:   File "{site}/pynccl.py", line 99, in __init__',
+        "[rank0]:     self.comm: ncclComm_t = self.nccl.ncclCommInitRank(",
+        f'[rank0]:   File "{site}/pynccl_wrapper.py", line 256, in NCCL_CHECK',
+        '[rank0]:     raise RuntimeError(f"NCCL error: {error_str}")',
+        "[rank0]: RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        "host:1234:1234 [0] include/alloc.h:103 NCCL WARN Cuda failure 'peer access is not supported between "
+        "these two devices'",
+        "[2025-03-01 10:00:05] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    root = extract_root_cause(lines)
+    assert root.kind == "exception" and root.exception_type == "RuntimeError"
+    assert (
+        root.error_line
+        == "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)"
+    )
+    assert root.frames[-1][1:] == (256, "NCCL_CHECK")
+    # A traceback header with neither frames nor exception is not a cause; the NCCL line after it is.
+    bare = extract_root_cause([lines[1], lines[-2]])
+    assert bare.kind == "message" and "peer access is not supported" in (bare.error_line or "")
+    assert "Traceback" not in (bare.error_line or "")
 
 
 def test_killed_without_traceback() -> None:

@@ -198,6 +198,8 @@ def test_sigint_to_deploy_stops_the_tree_and_writes_the_report(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            # Another test run may take the port between check and bind: deploy may move it here.
+            "--no-pin",
             "--allow",
             "port",
             "--simulate",
@@ -218,9 +220,15 @@ def test_sigint_to_deploy_stops_the_tree_and_writes_the_report(tmp_path):
     while time.time() < deadline:
         line = proc.stdout.readline()
         lines.append(line)
-        if "HEALTHY" in line:
+        if "supervising" in line:
             break
     assert any("HEALTHY" in x for x in lines), "".join(lines)
+    # Once healthy, the operator is told where it serves, the command that works, and how to stop it.
+    text = "".join(lines)
+    assert f"serving at http://127.0.0.1:{port}" in text
+    working = text.split("working command:\n", 1)[1].splitlines()[0].strip()
+    assert working.startswith("python -m sglang.launch_server") and f"--port {port}" in working
+    assert lines[-1].strip() == "supervising; Ctrl-C to stop"
     assert our_processes()  # supervising: the server is up
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -239,6 +247,8 @@ def test_detach_leaves_the_server_running(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            # Another test run may take the port between check and bind: deploy may move it here.
+            "--no-pin",
             "--allow",
             "port",
             "--detach",
@@ -267,6 +277,79 @@ def test_detach_leaves_the_server_running(tmp_path):
         deadline = time.time() + 10
         while our_processes() and time.time() < deadline:
             time.sleep(0.2)
+
+
+def deploy_cli(
+    tmp_path: Path, *options: str, port: int, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "specdoctor", "deploy", *options, "--no-llm"),
+            *("--simulate", "h200x8", "--sim-speed", str(SPEED), "--run-dir", str(tmp_path)),
+            *("--", *kimi("", port).split()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def stop_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdoctor", "stop", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_detach_then_stop_leaves_no_process(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {**os.environ, "SPECDOCTOR_RUNS_DIR": str(runs)}
+    port = find_free_port(33500)
+    proc = deploy_cli(runs / "first", "--detach", port=port, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"stop it with: specdoctor stop {runs / 'first'}" in proc.stdout
+    pid = int(proc.stdout.split("server running: pid ")[1].split(",")[0])
+    try:
+        assert pid in our_processes() and len(our_processes()) >= 2  # the launcher and its scheduler
+        report = json.loads((runs / "first" / "report.json").read_text())
+        assert report["detached"]["pid"] == pid and report["detached"]["url"] == f"http://127.0.0.1:{port}"
+        # No RUN: the one detached server still running in the runs folder.
+        stopped = stop_cli(env=env)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert f"stopped run first (pid {pid}, http://127.0.0.1:{port})" in stopped.stdout
+        assert our_processes() == []
+        again = stop_cli(str(runs / "first"), env=env)
+        assert again.returncode == 0 and "nothing to stop" in again.stdout
+        none_left = stop_cli(env=env)
+        assert none_left.returncode == 2 and "no server left running" in none_left.stderr
+    finally:
+        if our_processes():
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_deploy_pins_the_port_and_names_who_holds_it(tmp_path):
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        # --allow does not lift a pin: the conflict stops the run before any launch.
+        proc = deploy_cli(tmp_path, "--once", "--allow", "port", port=port)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "--allow port has no effect: --port is pinned" in proc.stderr
+    assert "--port is pinned" in proc.stdout
+    assert f"port {port} is held by pid {os.getpid()} (" in proc.stdout
+    events = [json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["type"] == "launch"]
+    [approval] = [e for e in events if e["type"] == "approval"]
+    assert [r["pinned"] for r in approval["refused"]] == [True]
+    assert events[-1]["result"] == "stopped" and f"port {port} is held by pid" in events[-1]["message"]
 
 
 def test_allow_kill_frees_a_gpu_held_by_a_stray_process(tmp_path):
@@ -306,7 +389,7 @@ def test_a_hand_edited_command_is_checked_before_it_is_launched(tmp_path):
         def confirm(self, question: str) -> bool:
             return False
 
-        def review(self, old, decision, new, attempt, note="", touches=()):
+        def review(self, old, decision, new, attempt, note="", touches=(), alternative=None):
             self.notes.append(note)
             if attempt == 0 or note:
                 return Review(approved=True, spec=new, by="user")
@@ -345,6 +428,8 @@ def test_kill_9_of_deploy_leaves_a_readable_transcript_and_no_engine(tmp_path):
             "-m",
             "specdoctor",
             "deploy",
+            # Another test run may take the port between check and bind: deploy may move it here.
+            "--no-pin",
             "--allow",
             "port",
             "--simulate",

@@ -112,8 +112,9 @@ def test_port_taken_after_preflight_is_recognised_from_errno_98_and_relaunched(s
         "--port",
         str(port),
     ]
-    # Supervising (stays in the foreground once healthy); moving --port is allowed for this run.
-    proc = deploy(["--allow", "port"], command, tmp_path)
+    # Supervising (stays in the foreground once healthy); moving --port is allowed for this run (deploy
+    # pins it unless --no-pin).
+    proc = deploy(["--no-pin", "--allow", "port"], command, tmp_path)
     with socket.socket() as squatter:
         read_until(proc, "launch 1", 60)
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

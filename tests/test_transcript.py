@@ -456,6 +456,11 @@ def test_report_from_a_whole_run(tmp_path):
     assert report.timings.preflight_ms == 41.7
     assert len(report.timings.per_attempt_s) == 2 and len(report.timings.to_decision_s) == 2
     assert "--api-key ***" in (report.command or "")
+    detached = report.detached
+    assert detached is not None and (detached.pid, detached.pgid) == (49120, 49120)
+    # What `specdoctor stop` checks the process against survives the redaction of the report.
+    assert detached.engine_id == "525720a5f96a4d56b6ef9387fe869860" and detached.start_time == 8812345
+    assert "--api-key ***" in detached.command
 
 
 def test_report_timings_follow_the_clock():
@@ -475,6 +480,7 @@ def test_report_timings_follow_the_clock():
 def test_report_written_after_sigint_midway_is_valid(tmp_path):
     """Ctrl-C arrives while attempt 1 is being watched; the handler writes the report as it stands."""
     path = tmp_path / "out" / "report.json"
+    path.parent.mkdir()  # a report's folder is never made for it
     builder = ReportBuilder(path)
     bus = EventBus([builder])
     run = whole_run()
@@ -528,6 +534,14 @@ def test_report_to_an_unwritable_path_is_one_clear_line(tmp_path):
     with pytest.raises(ReportError) as exc:
         ReportBuilder().write(blocker / "report.json")
     assert "cannot write the report" in one_line(exc)
+
+
+def test_a_report_never_makes_its_folder(tmp_path):
+    missing = tmp_path / "results" / "nested"
+    with pytest.raises(ReportError) as exc:
+        ReportBuilder().write(missing / "report.json")
+    assert f"the folder {missing} does not exist" in one_line(exc)
+    assert not (tmp_path / "results").exists()
 
 
 def test_report_of_nothing_yet_is_still_valid(tmp_path):

@@ -258,6 +258,80 @@ def test_allow_lets_a_named_capability_through(oom_context) -> None:
     assert new.has("--enable-metrics")
 
 
+def test_a_pinned_flag_is_never_changed_unasked_not_even_allowed() -> None:
+    import os
+    import socket
+
+    from specdoctor.tools.command import SetFreePort
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        command = LaunchCommand.parse(f"python -m sglang.launch_server --model-path org/m --port {port}")
+        fix = Fix(category="port-in-use", summary="the port is taken", edits=(SetFreePort(start=port + 10),))
+        allowed = PolicyApprover(0.5, Allowance(flags=frozenset({"--port"})))
+        events: list = []
+
+        class Keep:
+            def handle(self, event) -> None:
+                events.append(event)
+
+            def close(self) -> None:
+                return None
+
+        pinned = Reviewer(allowed, CAT, EventBus([Keep()]), None, lambda *a: None, frozenset({"--port"}))
+        with pytest.raises(Stopped) as stopped:
+            pinned.next_command(command, fix, 1, [command])
+        # Named: the pin, and who holds the port (this test's process, its command line cut short).
+        assert "--port is pinned" in stopped.value.message and "--allow included" in stopped.value.message
+        assert f"port {port} is held by pid {os.getpid()} (" in stopped.value.message
+        [approval] = [e for e in events if isinstance(e, ApprovalEvent)]
+        assert [(r.pinned, r.edit_class) for r in approval.refused] == [(True, "identity")]
+        # Without the pin, the same allowance moves the port.
+        free = Reviewer(allowed, CAT, EventBus([]), None, lambda *a: None)
+        assert free.next_command(command, fix, 1, [command]).value("--port") != str(port)
+    # A pin holds for tuning flags too, which unattended runs otherwise change freely.
+    lower = Fix(
+        category="oom",
+        summary="lower it",
+        edits=({"op": "set", "flag": "--mem-fraction-static", "values": ["0.8"]},),
+    )
+    held = Reviewer(
+        PolicyApprover(0.5), CAT, EventBus([]), None, lambda *a: None, frozenset({"--mem-fraction-static"})
+    )
+    with pytest.raises(Stopped, match="--mem-fraction-static is pinned"):
+        held.next_command(command, lower, 1, [command])
+
+
+def test_the_person_sees_a_pinned_change_marked_and_cannot_accept_it(oom_context) -> None:
+    import io
+
+    from rich.console import Console
+
+    from specdoctor.agent.interactive import InteractiveApprover
+    from specdoctor.playbooks.gate import touches
+
+    fix = Fix(
+        category="oom",
+        summary="lower it",
+        edits=({"op": "set", "flag": "--mem-fraction-static", "values": ["0.8"]},),
+    )
+    out = io.StringIO()
+    # Accept, then the edit prompt left as prefilled (the proposal itself), then skip.
+    answers = iter(["a", "e", "s"])
+    approver = InteractiveApprover(
+        Console(file=out, width=200), ask=lambda prompt: next(answers), edit_line=lambda prompt, text: text
+    )
+    new = oom_context.spec.apply_all(fix.edits, CAT.canonical)
+    found = touches(fix.edits, CAT, oom_context.spec, frozenset({"--mem-fraction-static"}))
+    review = approver.review(oom_context.spec, fix, new, 1, touches=found)
+    assert not review.approved and review.skip and review.spec is None
+    shown = out.getvalue()
+    assert "pinned: set --mem-fraction-static 0.8" in shown
+    assert shown.count("the proposal changes pinned --mem-fraction-static") == 2
+
+
 # ---- crafted log lines ---------------------------------------------------------------------------------
 
 INJECTED = [

@@ -62,11 +62,16 @@ SYNONYMS: tuple[Synonym, ...] = (
     _v("--ngram-prompt-lookup-min", None, "SGLang's NGRAM drafter sizes its own match window"),
     _v("--use-v2-block-manager", None, "a vLLM scheduler internal with no SGLang counterpart"),
     # vLLM common flags
+    # No target on purpose: the nearest SGLang flag measures something else, so carrying the value over
+    # would claim an equality the note denies. Dropping it lets SGLang size its pool; a person sets
+    # --mem-fraction-static when a cap is needed.
     _v(
         "--gpu-memory-utilization",
-        "--mem-fraction-static",
-        "not the same quantity: SGLang's fraction covers weights + KV cache only, activations and CUDA "
-        "graphs live outside it, so vLLM's 0.9 is closer to SGLang's automatic default",
+        None,
+        "its nearest flag, --mem-fraction-static, is not the same quantity (SGLang's fraction covers weights "
+        "+ KV cache only; activations and CUDA graphs live outside it), so vLLM's value is not carried over: "
+        "SGLang sizes its memory pool itself; to cap it, set --mem-fraction-static by hand, lower than "
+        "vLLM's number",
     ),
     _v("--max-model-len", "--context-length"),
     _v("--max-num-seqs", "--max-running-requests"),

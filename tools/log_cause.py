@@ -180,10 +180,11 @@ def _scan(msgs: list[tuple[str, str]], profile: EngineProfile) -> _Scan:
             if wrapped and not wrapped[1]:
                 cand.wrapper = wrapped[0]
             inner = _wrapper_of(cand.error_line, profile)
-            if inner is None:
-                scan.candidates.append(cand)
-            else:
+            if inner is not None:
                 scan.wrappers.append((cand.index, *inner))
+            elif cand.kind != "traceback-cut" or cand.frames:
+                # A header with neither frames nor exception says nothing; the lines around it may.
+                scan.candidates.append(cand)
             continue
         if msg.startswith("usage: "):
             usage_prog = msg[7:].split(" [", 1)[0].strip()
@@ -310,7 +311,9 @@ def _one_traceback(msgs: list[tuple[str, str]], start: int, profile: EngineProfi
             if interleaved > MAX_INTERLEAVED or _wrapper_of(msg, profile):
                 break
         else:
-            named = _ANY_EXCEPTION.match(msg)
+            # Python prints a frame before any exception; straight after a bare header only a line that
+            # looks like one is taken (`host:123:456 [0] NCCL WARN ...` is not an exception `host`).
+            named = (_ANY_EXCEPTION if frames else _NAMED_EXCEPTION).match(msg)
             if named:
                 cand = _exception(msgs, j, named, start, tuple(frames), profile)
                 return cand, cand.span[1] if cand.span else j + 1

@@ -20,6 +20,9 @@ _VLLM_PREFIX = re.compile(
     r"^(?:\(\w+ pid=\d+\) )?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?)?"
 )
 _VLLM_STARTS = ("(", "DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ")
+# torch.distributed tags every line a rank prints, tracebacks included, with `[rank0]: `: a tag on each line
+# of one record, not a logger prefix that starts a new one. One space is the tag's; the rest is the line's.
+_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
 
 
 def split_prefix(line: str, profile: EngineProfile = SGLANG) -> tuple[str, str]:
@@ -27,6 +30,8 @@ def split_prefix(line: str, profile: EngineProfile = SGLANG) -> tuple[str, str]:
     line = line.rstrip("\r\n")
     if "\x1b" in line:
         line = _ANSI.sub("", line)
+    if line.startswith("[rank") and (tag := _RANK_TAG.match(line)):
+        line = line[tag.end() :]
     if line.startswith("["):
         m = profile.log_prefix.match(line)
         if m:

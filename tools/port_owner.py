@@ -18,11 +18,13 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Listener", "PortOwner", "listeners", "port_owner"]
+__all__ = ["Listener", "PortOwner", "held_by", "listeners", "port_owner"]
 
 _LISTEN = "0A"
 _TABLES = (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6))
 _TABLE_MAX_BYTES = 64 << 20
+_CMDLINE_MAX_BYTES = 4096
+_SHOWN_CHARS = 80
 
 
 class Listener(NamedTuple):
@@ -138,3 +140,38 @@ def _holders(inodes: set[int]) -> list[int]:
         if entry.isdigit() and (held := socket_inodes(int(entry))) and held & inodes:
             found.append(int(entry))
     return sorted(found)
+
+
+def held_by(host: str, port: int) -> str | None:
+    """Who listens where a client of `host`:`port` connects, for a person: `port 30000 is held by pid 1234
+    (python -m vllm…)`; None when nobody does or /proc cannot say. The command line is the other process's
+    own text: secrets in it are masked and it is cut short."""
+    table = listeners()
+    if table is None:
+        return None
+    answering = {x.inode for x in _answering(table, host, port)}
+    if not answering:
+        return None
+    holders = _holders(answering)
+    if not holders:
+        return (
+            f"port {port} is held by a process this user cannot see (another user's, or another container's)"
+        )
+    shown = ", ".join(
+        f"pid {pid}" + (f" ({cmd})" if (cmd := _command_line(pid)) else "") for pid in holders[:3]
+    )
+    return f"port {port} is held by {shown}"
+
+
+def _command_line(pid: int) -> str:
+    from specdoctor.tools.redact import redact_argv
+
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(_CMDLINE_MAX_BYTES)
+    except OSError:
+        return ""
+    argv = [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+    text = " ".join(redact_argv(argv))
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…"

@@ -232,6 +232,11 @@ class EngineProcess:
         return self._popen.pid
 
     @property
+    def identity(self) -> EngineIdentity:
+        """What names this launch once specdoctor is gone: its group, the leader's start time, its marker."""
+        return self._identity
+
+    @property
     def watchdog_pid(self) -> int:
         return self._watchdog.pid
 

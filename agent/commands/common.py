@@ -83,14 +83,24 @@ def llm_planner(args: argparse.Namespace, host: bool = True):
     return LLMPlanner(setup.config, host=host), ()
 
 
+def _flag_named(option: str, written: str, catalog: FlagCatalog) -> str:
+    """The canonical flag `--allow port` / `--pin port` names; a usage error when it names none."""
+    resolved = catalog.resolve(written if written.startswith("--") else f"--{written}")
+    if resolved.flag is None or resolved.status not in ("exact", "prefix"):
+        raise UsageError(f"{option} {written}: not a flag of SGLang {catalog.version}")
+    return resolved.flag.name
+
+
+def pins(args: argparse.Namespace, catalog: FlagCatalog, defaults: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The flags no automatic change may touch: `--pin FLAG`, and the verb's `defaults` unless --no-pin."""
+    pinned = [] if getattr(args, "no_pin", False) else list(defaults)
+    pinned += [_flag_named("--pin", written, catalog) for written in getattr(args, "pin", None) or []]
+    return tuple(dict.fromkeys(pinned))
+
+
 def allowance(args: argparse.Namespace, catalog: FlagCatalog) -> Allowance:
     """What `--allow FLAG` and `--allow-env NAME` let unattended changes touch beyond tuning."""
-    flags = set()
-    for written in getattr(args, "allow", None) or []:
-        resolved = catalog.resolve(written if written.startswith("--") else f"--{written}")
-        if resolved.flag is None or resolved.status not in ("exact", "prefix"):
-            raise UsageError(f"--allow {written}: not a flag of SGLang {catalog.version}")
-        flags.add(resolved.flag.name)
+    flags = {_flag_named("--allow", written, catalog) for written in getattr(args, "allow", None) or []}
     for name in getattr(args, "allow_env", None) or []:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise UsageError(f"--allow-env {name!r}: not an environment variable name")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,15 @@ from specdoctor.agent.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from specdoctor.agent.policy import Mode
+    from specdoctor.agent.render import Out
+    from specdoctor.agent.results import LoopResult
+    from specdoctor.tools.catalog import FlagCatalog
+
+DEFAULT_PINS = ("--port", "--host")
+"""A load balancer, a Kubernetes Service or a probe points at them: deploy never moves them unasked."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="unattended: launch, diagnose, fix and relaunch until healthy",
         description="Check the command, launch it, watch it start, and on failure diagnose, change the command "
         "and relaunch, until the server is healthy and its speculative decoding works. Changes are applied by "
-        "policy (--min-confidence). Once healthy it keeps supervising in the foreground (a later crash re-enters "
-        "the loop with backoff) unless --detach or --once.",
+        "policy (--min-confidence). --port and --host are pinned (never changed: a port conflict stops the run, "
+        "naming who holds the port) unless --no-pin. Once healthy it keeps supervising in the foreground (a "
+        "later crash re-enters the loop with backoff) unless --detach (stop it later with `specdoctor stop`) "
+        "or --once.",
         epilog=exitcodes.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -41,6 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--once",
         action="store_true",
         help="once healthy, stop the server and exit 0 (does this command work?)",
+    )
+    p.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="lift the default pins on --port and --host (then `--allow port` lets a conflict move --port)",
     )
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     add_secrets_option(p)
@@ -59,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
 
     spec, choice, run_dir = Session.prepare(args)
     out = Out(sys.stderr if args.json else sys.stdout, show_secrets=args.show_secrets)
+    allowed = allowance(args, choice.catalog)
+    pinned = _pins(args, choice.catalog, allowed.flags)
     session = Session(
         spec=spec,
         choice=choice,
         launcher=launcher_for(args),
-        approver=PolicyApprover(args.min_confidence, allowance(args, choice.catalog)),
-        settings=settings_for(args, run_dir, when_healthy=_when_healthy(args)),
+        approver=PolicyApprover(args.min_confidence, allowed),
+        settings=settings_for(args, run_dir, when_healthy=_when_healthy(args), pinned=pinned),
         run_dir=run_dir,
         mode="deploy",
         sinks=[ConsoleSink(out, canon=choice.catalog.canonical)],
@@ -72,11 +90,31 @@ def run(args: argparse.Namespace) -> int:
     result = session.run(args)
     report_path = session.report_path
     if args.detach and result.kind == "healthy":
-        out.line(f"server running: pid {result.pid}, {result.url}, log {result.log_path}", "bold green")
+        _detached(out, result, run_dir)
     out.line(f"transcript: {session.transcript_path}  report: {report_path}", "dim")
     if args.json:
         print(report_path.read_text())
     return result.exit_code
+
+
+def _pins(args: argparse.Namespace, catalog: FlagCatalog, allowed: frozenset[str]) -> tuple[str, ...]:
+    """deploy's pins; an --allow that a pin overrides is said once, on stderr."""
+    from specdoctor.agent.commands.common import pins
+
+    pinned = pins(args, catalog, DEFAULT_PINS)
+    for flag in sorted(allowed & set(pinned)):
+        print(
+            f"specdoctor deploy: --allow {flag[2:]} has no effect: {flag} is pinned, and a pin holds even over "
+            "--allow (--no-pin lifts deploy's own pins on --port and --host)",
+            file=sys.stderr,
+        )
+    return pinned
+
+
+def _detached(out: Out, result: LoopResult, run_dir: Path) -> None:
+    """Where the server left running is, and how to stop it."""
+    out.line(f"server running: pid {result.pid}, {result.url}, log {result.log_path}", "bold green")
+    out.line(f"stop it with: specdoctor stop {shlex.quote(str(run_dir))}", "bold")
 
 
 def _when_healthy(args: argparse.Namespace) -> Mode:

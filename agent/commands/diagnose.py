@@ -105,7 +105,7 @@ def _outcome(log: str, exit_kind: str | None):
 
 
 def show(contract: dict, ctx, note: str, planner: str, show_secrets: bool = False) -> None:
-    from specdoctor.agent.render import Out, diff_lines
+    from specdoctor.agent.render import Out, decided_by, diff_lines
     from specdoctor.tools.command import LaunchCommand, diff
     from specdoctor.tools.redact import redact_command, redact_spec
 
@@ -127,9 +127,5 @@ def show(contract: dict, ctx, note: str, planner: str, show_secrets: bool = Fals
         diff_lines(out, diff(hide(ctx.spec), hide(new), ctx.catalog.canonical))
         out.line("corrected command:", "bold")
         out.line("  " + (contract["command"] if show_secrets else redact_command(new)), "bold green")
-    who = (
-        f"playbook {contract['playbook']}"
-        if contract["playbook"]
-        else ("the LLM" if planner == "llm" else "no rule matched")
-    )
-    out.line(f"({who}, confidence {contract['confidence']:.2f})", "dim")
+    who, decided = decided_by(planner, contract["playbook"])
+    out.line(f"({who}, confidence {contract['confidence']:.2f})" if decided else f"({who})", "dim")

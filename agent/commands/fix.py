@@ -33,8 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="launch, diagnose and relaunch, asking you before each change",
         description="Check the command, launch it and watch it start, with a live status line. On a failure you "
         "see the diagnosis, the log lines it rests on and the proposed change as a diff, and decide: accept it, "
-        "edit the command, ask the LLM instead, or quit. Once the server is healthy it is stopped (does this "
-        "command work?) unless --keep. Without a terminal it runs unattended, like `specdoctor deploy --once`.",
+        "edit the command, skip it (launch the command as it is), ask the LLM instead, or quit (exit 130, "
+        "declined). A proposal that changes a --pin'ned flag is shown as pinned and cannot be accepted. Once the "
+        "server is healthy it is stopped (does this command work?) unless --keep. Without a terminal it runs "
+        "unattended, like `specdoctor deploy --once`.",
         epilog=exitcodes.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,9 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specdoctor.agent.commands.common import pins
     from specdoctor.agent.session import Session, launcher_for, settings_for
 
     spec, choice, run_dir = Session.prepare(args)
+    pinned = pins(args, choice.catalog)
     canon = choice.catalog.canonical
     if sys.stdin.isatty() and sys.stdout.isatty():
         approver, sinks, say = _interactive(canon, args.show_secrets)
@@ -67,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         choice=choice,
         launcher=launcher_for(args),
         approver=approver,
-        settings=settings_for(args, run_dir, when_healthy="supervise" if args.keep else "stop"),
+        settings=settings_for(
+            args, run_dir, when_healthy="supervise" if args.keep else "stop", pinned=pinned
+        ),
         run_dir=run_dir,
         mode="fix",
         sinks=sinks,

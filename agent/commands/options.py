@@ -155,6 +155,14 @@ def _add_policy_options(p: argparse.ArgumentParser) -> None:
         help="also let unattended changes touch FLAG (written without its dashes), beyond tuning flags: `--allow port` lets deploy move --port; repeatable",
     )
     g.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="never let an automatic change touch FLAG (written without its dashes, like --allow), not even "
+        "with --allow: a decision that would change it stops the run naming the pin; repeatable",
+    )
+    g.add_argument(
         "--allow-env",
         action="append",
         default=[],
