@@ -42,7 +42,8 @@ def editor_command() -> list[str] | None:
 
 def multiline(spec: LaunchCommand) -> str:
     """The command one flag a line with backslash continuations, as people write long commands."""
-    head = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in spec.env), *map(shlex.quote, spec.entrypoint)])
+    # Wrappers (`docker run ... IMAGE`) are kept word for word: an edit must not drop the container.
+    head = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in spec.env), *map(shlex.quote, _program(spec))])
     lines = [head, *(" ".join(map(shlex.quote, a.tokens())) for a in spec.args)]
     return " \\\n  ".join(lines) + "\n"
 
@@ -260,10 +261,10 @@ class InteractiveApprover:
         except CommandError as exc:
             self._say(f"✗ {exc}", "bold red")
             return None
-        if spec.entrypoint not in (old.entrypoint, new.entrypoint):
+        if (spec.prefix, spec.entrypoint) not in ((old.prefix, old.entrypoint), (new.prefix, new.entrypoint)):
             self._say(
-                f"✗ edits may change flags and environment only: the program must stay "
-                f"`{' '.join(old.entrypoint)}`, not `{' '.join(spec.entrypoint)}`",
+                f"✗ edits may change flags and environment only: the program (and its wrappers) must stay "
+                f"`{' '.join(_program(old))}`, not `{' '.join(_program(spec))}`",
                 "bold red",
             )
             return None
@@ -294,3 +295,7 @@ class InteractiveApprover:
     def _say(self, text: str, style: str = "") -> None:
         shown = text if self.show_secrets else redact_text(text)
         self.console.print(Text(shown, style=style), soft_wrap=True)
+
+
+def _program(spec: LaunchCommand) -> list[str]:
+    return [*(t for w in spec.prefix for t in w.words()), *spec.entrypoint]

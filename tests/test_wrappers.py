@@ -245,3 +245,13 @@ def test_the_gate_lets_a_run_unset_only_what_it_set_in_the_container():
     assert invalid_edits(current, [UnsetEnv(name="NCCL_P2P_DISABLE")], cat, original) == []
     (refused,) = invalid_edits(current, [UnsetEnv(name="NCCL_DEBUG")], cat, original)
     assert "was not set by this run" in refused.reason
+
+
+def test_the_text_a_person_edits_in_fix_keeps_the_wrapper() -> None:
+    from specdoctor.agent.interactive import multiline
+
+    command = LaunchCommand.parse(
+        "docker run --gpus all -e HF_TOKEN=x lmsysorg/sglang:v0.5.6 python3 -m sglang.launch_server "
+        "--model-path m --tp-size 2"
+    )
+    assert LaunchCommand.parse(multiline(command)) == command
