@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from specdoctor.agent.events import EventBus, HealthEvent, LaunchEvent, OutcomeEvent, StageEvent
-from specdoctor.agent.launcher import Launcher
+from specdoctor.agent.launcher import Engine, Launcher
 from specdoctor.agent.policy import LoopSettings
 from specdoctor.agent.results import Attempt, Stopped
 from specdoctor.agent.spending import Spending
@@ -13,12 +13,12 @@ from specdoctor.agent.watch import Server, watch
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.outcome import Outcome
-from specdoctor.tools.process import EngineProcess, EngineStartError
+from specdoctor.tools.process import EngineStartError
 
 
 def start(
     launcher: Launcher, command: LaunchCommand, attempt: Attempt, settings: LoopSettings, bus: EventBus
-) -> EngineProcess:
+) -> Engine:
     """The engine for this attempt, its log in the run folder; raises Stopped when it cannot start."""
     log_path = settings.log_dir / f"attempt-{attempt.number}.log"
     try:
@@ -30,7 +30,7 @@ def start(
 
 
 def watch_attempt(
-    engine: EngineProcess,
+    engine: Engine,
     view: CommandView,
     attempt: Attempt,
     settings: LoopSettings,

@@ -7,14 +7,13 @@ import time
 
 from specdoctor.agent.approve import Approver
 from specdoctor.agent.events import ApprovalEvent, EventBus
-from specdoctor.agent.launcher import Launcher
+from specdoctor.agent.launcher import Engine, Launcher
 from specdoctor.playbooks.host_checks import launch_gpus
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.process import EngineProcess
 
 
 def stop_and_release(
-    engine: EngineProcess, launcher: Launcher, grace_s: float, release_s: float, hung: bool
+    engine: Engine, launcher: Launcher, grace_s: float, release_s: float, hung: bool
 ) -> None:
     ours = {p.pid for p in engine.processes()} | {engine.pid}
     # A hung SGLang ignores SIGTERM (it waits on a server that never started): no point waiting long.

@@ -5,12 +5,14 @@
 stops it. `SimulatedLauncher` runs the engine's arguments against the built-in simulated GPU node
 (`tools/simnode`), which stands in for the engine and whatever wraps it, so the whole loop can be exercised
 without a GPU.
+`MultiNodeLauncher` (`agent/multinode.py`) starts every node rank of a multi-node command through one of them.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -18,7 +20,13 @@ from specdoctor.tools.command import LaunchCommand, SetFlag
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.foreign import FreedGpus, terminate_foreign
 from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
-from specdoctor.tools.process import EngineProcess
+from specdoctor.tools.process import (
+    DEFAULT_GRACE_S,
+    EngineProcess,
+    LineCallback,
+    ProcessRef,
+    StopResult,
+)
 from specdoctor.tools.redact import is_secret_env
 
 
@@ -45,10 +53,35 @@ def check_launchable(spec: LaunchCommand) -> None:
         raise UsageError(problem)
 
 
+class Engine(Protocol):
+    """One launch as the loop watches and stops it: an `EngineProcess`, or every node rank of a multi-node
+    launch as one (`agent/multinode.py`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+    def tail(self) -> list[str]: ...
+
+    def subscribe(self, on_line: LineCallback, replay: bool = False) -> Callable[[], None]: ...
+
+    def processes(self) -> list[ProcessRef]: ...
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> StopResult: ...
+
+    def detach(self) -> None: ...
+
+
 class Launcher(Protocol):
     name: str
 
-    def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> EngineProcess: ...
+    def start(self, spec: LaunchCommand, log_path: Path, to_file: bool = False) -> Engine: ...
 
     def gpus(self) -> GpuReport: ...
 

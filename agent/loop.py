@@ -20,7 +20,7 @@ from specdoctor.agent.events import (
     StopEvent,
 )
 from specdoctor.agent.gpu_release import free_stray_gpus, stop_and_release
-from specdoctor.agent.launcher import Launcher
+from specdoctor.agent.launcher import Engine, Launcher
 from specdoctor.agent.planner import Planned, Planner
 from specdoctor.agent.policy import LoopSettings, Relaunch, RestartPolicy
 from specdoctor.agent.preflight import preflight
@@ -33,7 +33,7 @@ from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.outcome import Outcome
-from specdoctor.tools.process import EngineProcess, StopRequested
+from specdoctor.tools.process import StopRequested
 
 
 class Loop:
@@ -56,7 +56,7 @@ class Loop:
         self.bus, self.settings, self.mode, self.catalog_note = bus, settings, mode, catalog_note
         self.attempts: list[Attempt] = []
         self.tried: list[LaunchCommand] = []
-        self.engine: EngineProcess | None = None
+        self.engine: Engine | None = None
         self.spending = Spending(settings.budget, token_budget)
         self.restarts = RestartPolicy(settings.backoff, supervise=settings.when_healthy == "supervise")
         self.supervisor = Supervisor(settings.when_healthy, bus, settings.require_acceptance)

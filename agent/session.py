@@ -12,6 +12,7 @@ from specdoctor.agent.approve import Approver
 from specdoctor.agent.events import EventBus, Sink
 from specdoctor.agent.launcher import Launcher, RealLauncher, SimulatedLauncher, check_launchable
 from specdoctor.agent.loop import Loop
+from specdoctor.agent.multinode import MultiNodeLauncher
 from specdoctor.agent.policy import Backoff, Budget, LoopSettings, Mode
 from specdoctor.agent.report import ReportBuilder
 from specdoctor.agent.results import LoopResult
@@ -107,13 +108,20 @@ def make_run_dir(explicit: str | None) -> Path:
 
 
 def launcher_for(args: argparse.Namespace) -> Launcher:
+    nodes = getattr(args, "sim_nodes", 1)
     if getattr(args, "simulate", None):
         from specdoctor.tools.simnode.profile import ProfileError
 
         try:
-            return SimulatedLauncher(args.simulate, speed=args.sim_speed)
+            node = SimulatedLauncher(args.simulate, speed=args.sim_speed)
         except ProfileError as exc:
             raise UsageError(f"--simulate {args.simulate}: {str(exc).split(': ', 1)[-1]}") from None
+        return MultiNodeLauncher(node, nodes) if nodes > 1 else node
+    if nodes > 1:
+        raise UsageError(
+            f"--sim-nodes {nodes} runs the nodes of a multi-node command on the simulated node: add --simulate "
+            "PROFILE (real nodes each run their own command; docs/MULTINODE.md)"
+        )
     return RealLauncher()
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.agent.launcher import Engine
 from specdoctor.tools.engines import SGLANG
 from specdoctor.tools.health import (
     GenerateCheck,
@@ -32,7 +33,6 @@ from specdoctor.tools.health import (
 from specdoctor.tools.log_stages import StageChange, StageTracker
 from specdoctor.tools.outcome import AcceptanceVerdict, Outcome, OutcomeKind, Ownership
 from specdoctor.tools.port_owner import PortOwner, port_owner
-from specdoctor.tools.process import EngineProcess
 from specdoctor.tools.sglang_facts import Acceptance, facts_for
 
 _STAGE_IDS = [stage.id for stage in SGLANG.stages]
@@ -95,7 +95,7 @@ class Server(BaseModel):
 
 
 def watch(
-    engine: EngineProcess,
+    engine: Engine,
     server: Server,
     settings: WatchSettings,
     *,
@@ -109,7 +109,7 @@ def watch(
 class _Watch:
     def __init__(
         self,
-        engine: EngineProcess,
+        engine: Engine,
         server: Server,
         settings: WatchSettings,
         on_stage: Callable[[StageChange], None],
@@ -287,9 +287,7 @@ def _spec_verdict(verdict: SpecVerdict, server: Server) -> tuple[OutcomeKind, Ac
     )
 
 
-def _outcome(
-    tracker: StageTracker, kind, detail: str, elapsed: float, engine: EngineProcess, **extra
-) -> Outcome:
+def _outcome(tracker: StageTracker, kind, detail: str, elapsed: float, engine: Engine, **extra) -> Outcome:
     return Outcome(
         kind=kind,
         detail=detail,
@@ -302,7 +300,7 @@ def _outcome(
     )
 
 
-def _ended(tracker: StageTracker, code: int, elapsed: float, engine: EngineProcess) -> Outcome:
+def _ended(tracker: StageTracker, code: int, elapsed: float, engine: Engine) -> Outcome:
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     when = "after it was ready" if tracker.ready else f"during `{tracker.stage_label}`"
     return _outcome(

@@ -132,3 +132,96 @@ def hub_transient(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         evidence=ctx.evidence(),
         confidence=0.7,
     )
+
+
+# ---- the nodes of a multi-node launch --------------------------------------------------------------
+# No flag of one node's command brings another node up or back: each is a stop that names what to do.
+# `scope="root"`: in the logs of several nodes the one that failed first is the cause; another node's
+# timeout or lost connection only counts when it is the first failure there is.
+
+_JOINED = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
+
+
+def _rendezvous(ctx: Context) -> str:
+    return ctx.view.get("--dist-init-addr") or "the --dist-init-addr"
+
+
+@playbook(
+    id="sglang.network.nodes-missing",
+    category="nccl",
+    pattern=_JOINED.pattern,
+    priority=10,
+    scope="root",
+)
+def nodes_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Node rank 0's rendezvous (torch's TCPStore) timed out before every node's ranks joined."""
+    assert m is not None
+    seconds, joined, world = m.groups()
+    return stop(
+        ctx,
+        "nccl",
+        f"node rank 0 waited {seconds} s at {_rendezvous(ctx)} and only {joined} of {world} ranks joined: "
+        "the other node(s) never reached it",
+        "Start every node with this same command, its own --node-rank and the same --dist-init-addr (node "
+        "rank 0's address, reachable from every node: open that port between them); if the nodes start far "
+        "apart, give --dist-timeout more seconds.",
+    )
+
+
+@playbook(
+    id="sglang.network.rendezvous-unreachable",
+    category="nccl",
+    pattern=r"The client socket has timed out after \d+ms while trying to connect to \(([^,]+), (\d+)\)",
+    priority=10,
+    scope="root",
+)
+def rendezvous_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A node rank above 0 never reached node rank 0's rendezvous."""
+    assert m is not None
+    return stop(
+        ctx,
+        "nccl",
+        f"this node never reached node rank 0's rendezvous at {m.group(1)}:{m.group(2)}",
+        "Start node rank 0 too (it listens there once its schedulers start); check that --dist-init-addr is "
+        "node rank 0's address and port on every node and that this node can reach it (firewall, interface).",
+    )
+
+
+@playbook(
+    id="sglang.network.rendezvous-port",
+    category="port-in-use",
+    pattern=r"The server socket has failed to listen on any local network address\. port: (\d+).*?name: (\w+)",
+    priority=10,
+    scope="root",
+)
+def rendezvous_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Node rank 0 cannot listen on the --dist-init-addr port (taken, often by an earlier launch)."""
+    assert m is not None
+    return stop(
+        ctx,
+        "port-in-use",
+        f"node rank 0 cannot listen on its rendezvous port {m.group(1)} ({m.group(2)}): every node names "
+        "that port in --dist-init-addr",
+        "Stop what holds the port on node rank 0 (an earlier launch still shutting down?), or give every node "
+        "the same new port in --dist-init-addr.",
+    )
+
+
+@playbook(
+    id="sglang.network.peer-node-lost",
+    category="nccl",
+    pattern=r"gloo/transport/tcp/pair\.cc:\d+\] (?:Read error \[[^\]]*\]:\d+: Connection reset by peer|"
+    r"Connection closed by peer)",
+    priority=20,
+    scope="root",
+)
+def peer_node_lost(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Another node of the launch went away; this node's broadcast to it failed."""
+    return stop(
+        ctx,
+        "nccl",
+        "another node of this launch went away (its connection was reset), and this node failed with it",
+        "The cause is on the other node: read its log first (in specdoctor's run folder, the `[rank N]` "
+        "parts of attempt-N.log and attempt-N.rankN.log). A node that printed nothing was killed outright: "
+        "check that host's kernel log for the OOM killer, GPU Xid errors or a reboot.",
+    )

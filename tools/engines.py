@@ -210,6 +210,8 @@ SGLANG = EngineProfile(
             pattern=_re(r"Received sigquit from a child process"),
             ends_launch=True,
         ),
+        # The same, once the server is serving: the tokenizer manager's running-phase handler.
+        Wrapper(name="SIGQUIT received", pattern=_re(r"SIGQUIT received\. signum="), ends_launch=True),
         Wrapper(name="Rank 0 scheduler is dead", pattern=_re(r"Rank 0 scheduler is dead"), ends_launch=True),
         Wrapper(
             name="Subprocess crashed",

@@ -196,3 +196,13 @@ def _add_simulation_options(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="time scale of the simulated node (default 1.0)",
     )
+    s.add_argument(
+        "--sim-nodes",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="run a multi-node command as N simulated nodes on this machine: one process per --node-rank "
+        "0..N-1 of the same command, meeting at its --dist-init-addr; node rank 0 serves HTTP; a change "
+        "reaches every node, a node that fails stops them all. The command says --nnodes N --node-rank 0 "
+        "--dist-init-addr 127.0.0.1:PORT (default 1)",
+    )

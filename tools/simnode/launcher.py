@@ -2,8 +2,11 @@
 
 Exit behaviour of SGLang 0.5.23: argparse errors exit 2; resolution errors print `kill_process_tree called`
 and a traceback, exit 1; a scheduler failure prints `Scheduler hit an exception: ...`, `Received sigquit from
-a child process...`, kills the tree and SIGKILLs itself (137); an HTTP port that cannot be bound logs
-uvicorn's error and the launcher hangs; SIGTERM drains, shuts down and exits 0.
+a child process...` (once serving: `SIGQUIT received...`), kills the tree and SIGKILLs itself (137); an HTTP
+port that cannot be bound logs uvicorn's error and the launcher hangs; SIGTERM drains, shuts down and exits 0.
+
+One node of a multi-node launch (`--nnodes`, `--node-rank`, `--dist-init-addr`) meets the others first
+(`peers.py`); a node rank above 0 serves no HTTP and stops when node rank 0 does (SGLang's ShutdownReq).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from specdoctor.tools.simnode.failure import ResolveFailure, SchedulerFailure
 from specdoctor.tools.simnode.info import model_info, server_info
 from specdoctor.tools.simnode.logging_fmt import Log
 from specdoctor.tools.simnode.pacing import Pacer, Stopped
+from specdoctor.tools.simnode.peers import NodePlace, Peers
 from specdoctor.tools.simnode.plan import make_plan
 from specdoctor.tools.simnode.profile import NodeProfile
 from specdoctor.tools.simnode.stages import SchedulerReady, SchedulerStartup
@@ -39,11 +43,15 @@ IMPORT_S, SPAWN_S, HTTP_S = 1.0, 0.6, 0.1
 ORPHAN_S = 30.0
 WARMUP_TOKENS = 8
 WARMUP_TIMEOUT_S = 120.0
+CRASH_DIAGNOSTICS_S = 5.0
+"""The running-phase SIGQUIT handler waits this long before its crash diagnostics (tokenizer_manager.py)."""
 
 
 class Launcher:
     def __init__(self, inv: Invocation, profile: NodeProfile, speed: float) -> None:
-        self.inv, self.profile, self.speed = inv, profile, speed
+        multi_node = (inv.args["nnodes"] or 1) > 1
+        self.place = NodePlace.of(inv.args) if multi_node else None
+        self.inv, self.profile, self.speed = inv, profile.for_node(inv.args["node_rank"] or 0), speed
         self.pid = os.getpid()
         self.log = Log(tp_size=inv.args["tp_size"] or 1)
         self.stop = threading.Event()
@@ -53,6 +61,18 @@ class Launcher:
         self.http: SimServer | None = None
         self.state: ServerState | None = None
         self.hung_on_port = False
+        self.peers: Peers | None = None
+        self._dying = threading.Lock()
+
+    @property
+    def first_node(self) -> bool:
+        """Node rank 0, or a one-node launch: the node that serves HTTP."""
+        return self.place is None or self.place.node_rank == 0
+
+    @property
+    def first_rank(self) -> int:
+        """The global TP rank of this node's first scheduler."""
+        return self.place.tp_ranks[0] if self.place else 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -83,11 +103,18 @@ class Launcher:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self.pacer.enter("args")
-        self.log.info("Using default HuggingFace chat template with detected content format: string")
+        if self.first_node:  # the tokenizer manager's line; other nodes run none
+            self.log.info("Using default HuggingFace chat template with detected content format: string")
         self._spawn_scheduler()
         self.pacer.pause(SPAWN_S)
         plan = make_plan(resolved, self.profile)
-        ready = SchedulerStartup(self.log, self.pacer, resolved, plan, self.profile).run()
+        self.peers = Peers(self.place, self.log, self.pacer) if self.place else None
+        meet = self.peers.join if self.peers else lambda: None
+        ready = SchedulerStartup(self.log, self.pacer, resolved, plan, self.profile, self.place, meet).run()
+        if self.peers is not None:
+            self.peers.all_ready(on_lost=self._die)
+        if not self.first_node:
+            return self._follow_node_zero()
         engine = Engine(
             self.log,
             speed=self.speed,
@@ -185,7 +212,21 @@ class Launcher:
             raise Stopped
         if self.stop.wait(crash_after):
             raise Stopped
-        raise SchedulerFailure(tb.illegal_memory_access())
+        raise SchedulerFailure(tb.illegal_memory_access(), rank=self.first_rank)
+
+    def _follow_node_zero(self) -> int:
+        """A node rank above 0 once its schedulers are up: no HTTP server, no tokenizer; it runs until node
+        rank 0 shuts it down. Real SGLang serves a dummy /health on this node's own --port: the simulated
+        nodes share one host, so only node rank 0 binds it."""
+        signal.signal(signal.SIGTERM, self._on_follower_signal)
+        return self._wait_after_ready()
+
+    def _on_follower_signal(self, signum: int, frame: object) -> None:
+        assert self.place is not None
+        self.log.info(
+            f"SIGTERM received on node_rank {self.place.node_rank}; waiting for the rank-0 ShutdownReq "
+            "broadcast to stop the schedulers."
+        )
 
     # ---- the scheduler child -----------------------------------------------------------------
     def _spawn_scheduler(self) -> None:
@@ -218,13 +259,26 @@ class Launcher:
             self.stop.set()
 
     def _die(self, failure: SchedulerFailure) -> NoReturn:
+        if not self._dying.acquire(blocking=False):
+            while True:  # another thread is already taking the launch down
+                time.sleep(3600)
+        # A failure that names no rank of this node happened on its first scheduler.
+        ranks = self.place.tp_ranks if self.place else range(self.inv.args["tp_size"] or 1)
+        rank = failure.rank if failure.rank in ranks else self.first_rank
         for line in failure.before:
-            self.log.info(line, failure.rank)
-        self.log.info(f"Scheduler hit an exception: {failure.traceback}", failure.rank)
+            self.log.info(line, rank)
+        self.log.info(f"Scheduler hit an exception: {failure.traceback}", rank)
         self._sigquit()
 
     def _sigquit(self) -> NoReturn:
-        self.log.info("Received sigquit from a child process. It usually means the child failed.")
+        if self.state is not None and self.state.status == "Up":
+            # Once serving, the tokenizer manager's running-phase handler answers (tokenizer_manager.py).
+            self.log.info("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            self.log.info("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+            time.sleep(CRASH_DIAGNOSTICS_S * self.speed)
+            self.log.info("No live scheduler processes found; skipping py-spy and CUDA coredump.")
+        else:
+            self.log.info("Received sigquit from a child process. It usually means the child failed.")
         self._kill_all()
 
     def _kill_all(self) -> NoReturn:
@@ -235,6 +289,11 @@ class Launcher:
         raise SystemExit(137)  # not reached: SIGKILL cannot be caught
 
     def _shutdown(self) -> int:
+        if self.peers is not None:
+            self.peers.close()
+        if not self.first_node:  # stopped by node rank 0: its schedulers just exit
+            self._kill_child()
+            return 0
         if self.state is not None:
             self.state.status = "ShuttingDown"
         self.log.info("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")

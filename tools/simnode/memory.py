@@ -139,14 +139,20 @@ class KVPool(BaseModel):
 
 
 class NodeMemory:
-    """Free memory of each TP rank's GPU through the startup, failing where SGLang fails."""
+    """Free memory of each TP rank's GPU on this node through the startup, failing where SGLang fails.
 
-    def __init__(self, profile: NodeProfile, tp: int, base_gpu_id: int = 0) -> None:
+    `gpus` ranks run here; the weights are split over `shards` ranks (all nodes of a multi-node launch, the
+    node's own otherwise); `first_rank` is the global TP rank of this node's first GPU."""
+
+    def __init__(
+        self, profile: NodeProfile, gpus: int, base_gpu_id: int = 0, *, shards: int = 0, first_rank: int = 0
+    ) -> None:
         self.profile = profile
-        self.tp = tp
-        self.gpus = [base_gpu_id + r for r in range(tp)]
+        self.tp = shards or gpus
+        self.first_rank = first_rank
+        self.gpus = [base_gpu_id + r for r in range(gpus)]
         total = profile.gpus.memory_mib
-        overhead = profile.context_mib + (profile.comm_mib if tp > 1 else 0)
+        overhead = profile.context_mib + (profile.comm_mib if self.tp > 1 else 0)
         self.total_gib = total / 1024
         self.free = [(total - profile.others_mib(g) - overhead) / 1024 for g in self.gpus]
         self.pre_load = min(self.free)
@@ -158,7 +164,9 @@ class NodeMemory:
             return
         for rank, local in enumerate(self.free):
             if self.pre_load < local * 0.9:
-                raise SchedulerFailure(tb.unbalanced_memory(self.pre_load, local), rank=rank)
+                raise SchedulerFailure(
+                    tb.unbalanced_memory(self.pre_load, local), rank=self.first_rank + rank
+                )
 
     def load(self, weights_gib: float) -> None:
         """One model's weights, split over the ranks; a model that does not fit dies in torch."""
@@ -166,7 +174,8 @@ class NodeMemory:
         for rank, free in enumerate(self.free):
             if per_rank > free:
                 tried = (per_rank - free) * 1024 + min(free * 1024, 1024.0)
-                raise SchedulerFailure(tb.load_oom(self.oom_text(rank, tried, free * 1024 * 0.02)), rank=rank)
+                text = self.oom_text(rank, tried, free * 1024 * 0.02)
+                raise SchedulerFailure(tb.load_oom(text), rank=self.first_rank + rank)
         self.free = [f - per_rank for f in self.free]
         self.pytorch_gib += per_rank
 
@@ -196,7 +205,7 @@ class NodeMemory:
                 left_mib = max(free * 1024 * 0.01, 0.5)
                 tried = max(need_gib * 1024 * 0.25, (need_gib - free) * 1024 + left_mib)
                 text = self.oom_text(rank, tried, left_mib, graph_pool_mib=max(free * 1024 - left_mib, 0.0))
-                raise SchedulerFailure(tb.capture_failed(text), rank=rank)
+                raise SchedulerFailure(tb.capture_failed(text), rank=self.first_rank + rank)
         self.free = [f - need_gib for f in self.free]
         return need_gib
 

@@ -86,6 +86,12 @@ class Inject(BaseModel):
         description="Speculative decoding runs, but no accept length shows in /generate, /server_info or the "
         "decode lines (only /metrics, with --enable-metrics, exports it): an unmeasurable server.",
     )
+    node_rank: int | None = Field(
+        default=None,
+        ge=0,
+        description="In a multi-node launch, only the node of this --node-rank has the faults above (None: "
+        "every node).",
+    )
 
 
 class NodeProfile(BaseModel):
@@ -97,6 +103,12 @@ class NodeProfile(BaseModel):
     inject: Inject = Field(default_factory=Inject)
     context_mib: int = Field(default=520, ge=0, description="CUDA context of each rank, MiB.")
     comm_mib: int = Field(default=400, ge=0, description="NCCL and all-reduce buffers per rank when tp > 1.")
+
+    def for_node(self, node_rank: int) -> NodeProfile:
+        """Node `node_rank` of a multi-node launch: every node has these GPUs; faults only where injected."""
+        if self.inject.node_rank in (None, node_rank):
+            return self
+        return self.model_copy(update={"inject": Inject()})
 
     def others_mib(self, gpu: int) -> int:
         """Memory other processes hold on this GPU."""

@@ -8,6 +8,8 @@ Cache, Memory pool end), model_runner_components/cuda_graph_setup.py and specula
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools.simnode import scheduler_tracebacks as tb
@@ -15,6 +17,7 @@ from specdoctor.tools.simnode.failure import SchedulerFailure
 from specdoctor.tools.simnode.logging_fmt import Log
 from specdoctor.tools.simnode.memory import KVPool, NodeMemory, decode_graph_need_gib, prefill_graph_need_gib
 from specdoctor.tools.simnode.pacing import Pacer
+from specdoctor.tools.simnode.peers import NodePlace
 from specdoctor.tools.simnode.plan import LaunchPlan
 from specdoctor.tools.simnode.profile import NodeProfile
 from specdoctor.tools.simnode.validate import Resolved
@@ -42,14 +45,28 @@ class SchedulerReady(BaseModel):
 
 
 class SchedulerStartup:
+    """The schedulers of this node: every TP rank of a one-node launch, this node's share of a multi-node
+    one (`place`), which first meets the other nodes (`meet`) in init_parallel_runtime."""
+
     def __init__(
-        self, log: Log, pacer: Pacer, resolved: Resolved, plan: LaunchPlan, profile: NodeProfile
+        self,
+        log: Log,
+        pacer: Pacer,
+        resolved: Resolved,
+        plan: LaunchPlan,
+        profile: NodeProfile,
+        place: NodePlace | None = None,
+        meet: Callable[[], None] = lambda: None,
     ) -> None:
         self.log, self.pacer, self.resolved, self.plan, self.profile = log, pacer, resolved, plan, profile
+        self.place, self.meet = place, meet
         self.args = resolved.args
         self.tp = self.args["tp_size"]
-        self.ranks = range(self.tp)
-        self.memory = NodeMemory(profile, self.tp, self.args["base_gpu_id"])
+        first = place.tp_ranks[0] if place else 0
+        self.ranks = range(first, first + len(place.tp_ranks)) if place else range(self.tp)
+        self.memory = NodeMemory(
+            profile, len(self.ranks), self.args["base_gpu_id"], shards=self.tp, first_rank=first
+        )
         self.custom_all_reduce = self.tp > 1 and not self.args["disable_custom_all_reduce"]
         self._graphs_entered = False
         self.decode_bs: list[int] = []
@@ -73,14 +90,13 @@ class SchedulerStartup:
     def _init_parallel(self) -> None:
         self.log.ranks("Init parallel begin.", self.ranks)
         self.pacer.enter("init")
-        gpus = self.profile.gpus.count
-        needed = self.args["base_gpu_id"] + self.tp * (self.args["pp_size"] or 1) * (
-            self.args["dp_size"] or 1
-        )
-        if needed > gpus:
-            rank = max(0, gpus - self.args["base_gpu_id"])
-            context = f"Context: device=cuda gpu_id={self.args['base_gpu_id'] + rank} CUDA_VISIBLE_DEVICES=None tp_rank={rank}"
+        gpus, base = self.profile.gpus.count, self.args["base_gpu_id"]
+        if base + self._gpus_on_node() > gpus:
+            local = max(0, gpus - base)
+            rank = self.ranks[0] + local
+            context = f"Context: device=cuda gpu_id={base + local} CUDA_VISIBLE_DEVICES=None tp_rank={rank}"
             raise SchedulerFailure(tb.invalid_device_ordinal(), rank=rank, before=(context,))
+        self.meet()
         if self.custom_all_reduce and not self.profile.gpus.p2p and self.args["enable_p2p_check"]:
             self.custom_all_reduce = False
             self.log.ranks(
@@ -92,6 +108,11 @@ class SchedulerStartup:
         self.log.ranks(f"Init parallel ends. elapsed={INIT_S:.2f} s", self.ranks)
         self.memory.check_balance()
         self.log.ranks("Memory baseline taken. mem usage=0.00 GB", self.ranks)
+
+    def _gpus_on_node(self) -> int:
+        if self.place is not None:
+            return self.place.gpus  # the profile describes one node; each node of the launch is alike
+        return self.tp * (self.args["pp_size"] or 1) * (self.args["dp_size"] or 1)
 
     def _load_weights(self) -> None:
         model, args = self.resolved.model, self.args
@@ -110,8 +131,8 @@ class SchedulerStartup:
 
     def _load(self, arch: str, weights_gib: float, seconds: float, *, first: bool) -> None:
         before = list(self.memory.free)
-        for rank in self.ranks:
-            self.log.info(f"Load weight begin. avail mem={before[rank]:.2f} GB", rank)
+        for rank, free in zip(self.ranks, before, strict=True):
+            self.log.info(f"Load weight begin. avail mem={free:.2f} GB", rank)
         if first:
             self.pacer.enter("weights")
             heads = self.resolved.model.num_attention_heads
@@ -119,11 +140,10 @@ class SchedulerStartup:
                 raise SchedulerFailure(tb.heads_not_divisible(arch))
         self.pacer.pause(seconds)
         self.memory.load(weights_gib)
-        for rank in self.ranks:
-            after = self.memory.free[rank]
+        for rank, was, after in zip(self.ranks, before, self.memory.free, strict=True):
             self.log.info(
                 f"Load weight end. elapsed={seconds:.2f} s, type={arch}, avail mem={after:.2f} GB, "
-                f"mem usage={before[rank] - after:.2f} GB.",
+                f"mem usage={was - after:.2f} GB.",
                 rank,
             )
 
@@ -137,13 +157,13 @@ class SchedulerStartup:
         dtype = _kv_dtype(self.args["kv_cache_dtype"], self.resolved.model.dtype)
         draft = self.resolved.draft
         self.pacer.pause(KV_S)
-        for rank in self.ranks:
+        for rank, free in zip(self.ranks, self.memory.free, strict=True):
             self.log.info(_kv_line(self.resolved.model.mla, dtype, pool.tokens, pool.k_gib, pool.v_gib), rank)
             if draft is not None:
                 self.log.info(
                     _kv_line(draft.mla, dtype, pool.tokens, pool.draft_k_gib, pool.draft_v_gib), rank
                 )
-            self.log.info(f"Memory pool end. avail mem={self.memory.free[rank]:.2f} GB", rank)
+            self.log.info(f"Memory pool end. avail mem={free:.2f} GB", rank)
         self.pacer.enter("kv_cache")
         return pool
 
@@ -199,39 +219,39 @@ class SchedulerStartup:
 
     def _capture(self, begin: str, end: str, need_gib: float, phase: str, *, decode: bool = False) -> None:
         avail = list(self.memory.free)
-        for rank in self.ranks:
-            self.log.info(f"{begin}avail mem={avail[rank]:.2f} GB", rank)
+        for rank, free in zip(self.ranks, avail, strict=True):
+            self.log.info(f"{begin}avail mem={free:.2f} GB", rank)
         if not self._graphs_entered:
             self._graphs_entered = True
             self.pacer.enter("cuda_graph")
         if decode and self.custom_all_reduce and not self.profile.gpus.p2p:
-            self.log.info(f"Registering {len(self.decode_bs) * 3} cuda graph addresses", 0)
+            self.log.info(f"Registering {len(self.decode_bs) * 3} cuda graph addresses", self.ranks[0])
             raise SchedulerFailure(tb.peer_access_in_capture())
         used = self.memory.capture(need_gib)
         seconds = GRAPH_S * (1.0 if decode else 0.25)
         self.pacer.pause(seconds)
         self.graph_gib[phase], self.graph_s[phase] = used, seconds
-        for rank in self.ranks:
-            after = self.memory.free[rank]
+        for rank, was, after in zip(self.ranks, avail, self.memory.free, strict=True):
             self.log.info(
-                f"{end}elapsed={seconds:.2f} s, mem usage={avail[rank] - after:.2f} GB, avail mem={after:.2f} GB.",
+                f"{end}elapsed={seconds:.2f} s, mem usage={was - after:.2f} GB, avail mem={after:.2f} GB.",
                 rank,
             )
 
     def _scheduler_line(self, pool: KVPool, running: int, startup_available: float) -> SchedulerReady:
         args, settings = self.args, self.resolved.memory
         available = self.memory.free[0]
-        self.log.info(
-            f"max_total_num_tokens={pool.tokens}, chunked_prefill_size={settings.chunked_prefill_size}, "
-            f"max_prefill_tokens={args['max_prefill_tokens']}, max_running_requests={running}, "
-            f"context_len={self.resolved.context_len}, available_gpu_mem={available:.2f} GB",
-            0,
-        )
+        if self.ranks[0] == 0:  # TP0 reports the pool; other nodes' schedulers only build their cache
+            self.log.info(
+                f"max_total_num_tokens={pool.tokens}, chunked_prefill_size={settings.chunked_prefill_size}, "
+                f"max_prefill_tokens={args['max_prefill_tokens']}, max_running_requests={running}, "
+                f"context_len={self.resolved.context_len}, available_gpu_mem={available:.2f} GB",
+                0,
+            )
         self.pacer.enter("scheduler")
         self.log.info(
             "Tree cache initialized: source=default impl=UnifiedRadixCache hybrid_swa=False hybrid_ssm=False "
             "hicache_attached=False",
-            0,
+            self.ranks[0],
         )
         self.pacer.pause(SCHEDULER_S)
         graph_time = self.graph_s
