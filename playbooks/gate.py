@@ -45,7 +45,7 @@ _NUMERIC = ("int", "float", "human_readable_int")
 class Refusal(BaseModel):
     """An edit the gate will not let through, and why, in words a person reads."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     edit: str
     reason: str
     edit_class: EditClass | None = None
@@ -75,7 +75,7 @@ def invalid_edits(
 class Touch(BaseModel):
     """One flag or environment variable an edit touches, with its policy class."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     edit: str
     classed: Classed
     is_env: bool = False

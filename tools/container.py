@@ -20,7 +20,7 @@ _FALSE = ("false", "0", "no")
 class Published(BaseModel):
     """One `-p [IP:][HOST:]CONTAINER[/proto]`: the host address and port that reach a container port."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     address: str
     host_port: int | None
     container_port: int
@@ -29,7 +29,7 @@ class Published(BaseModel):
 class Container(BaseModel):
     """A container wrapper read for what it means to the engine."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     runtime: str
     image: str
     options: tuple[tuple[str, str | None], ...]

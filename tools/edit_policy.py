@@ -20,14 +20,14 @@ STRICTEST: EditClass = "identity"
 class Classed(BaseModel):
     """A name's class and the policy entry that gave it (shown to people, kept in transcripts)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     edit_class: EditClass
     rule: str = Field(description="e.g. `tuning list`, `capability pattern --*-path`, `not in the policy`.")
 
 
 class EditPolicy(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     identity: frozenset[str]
     capability: frozenset[str]
     capability_patterns: tuple[str, ...]
@@ -83,7 +83,7 @@ def edit_policy(path: Path | None = None) -> EditPolicy:
 class Allowance(BaseModel):
     """What a run may change without asking: tuning, plus what the user named (`--allow`, `--allow-env`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     flags: frozenset[str] = Field(default=frozenset(), description="Canonical flags allowed beyond tuning.")
     env: frozenset[str] = Field(
         default=frozenset(), description="Environment variables allowed beyond tuning."

@@ -35,7 +35,7 @@ INSPECT_APP_FIELDS: tuple[str, ...] = ("gpu_uuid", "pid", "process_name", "used_
 class Gpu(BaseModel):
     """One physical GPU as the driver (or a user's description) presents it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     index: int = Field(description="nvidia-smi's GPU index (what CUDA_VISIBLE_DEVICES counts).")
     name: str = Field(description="Product name as printed; the 79-column table truncates it with '...'.")
     memory_total_mib: int | None = Field(default=None, description="Framebuffer size in MiB.")
@@ -55,7 +55,7 @@ class Gpu(BaseModel):
 class GpuProcess(BaseModel):
     """A process holding a GPU context."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     gpu_index: int | None = None
     gpu_uuid: str | None = None
     pid: int
@@ -72,7 +72,7 @@ class GpuProcess(BaseModel):
 class GpuReport(BaseModel):
     """What is known about this machine's GPUs, or why nothing is."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     status: Status
     gpus: tuple[Gpu, ...] = ()
     processes: tuple[GpuProcess, ...] = ()

@@ -26,7 +26,7 @@ EXIT_KIND_TO_OUTCOME: dict[str, OutcomeKind] = {
 class Outcome(BaseModel):
     """The end of one launch: what happened, where in startup, and the numbers that tell."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     kind: OutcomeKind
     detail: str = Field(default="", description="One line: why the watcher decided this.")
     exit_code: int | None = None

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SpeculativeFacts(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     algorithms: tuple[str, ...] = Field(
         description="Built-in `--speculative-algorithm` names, after aliases are resolved."
     )
@@ -47,7 +47,7 @@ class Acceptance(BaseModel):
     A measured value at or under `none_accepted` means the draft is useless; under `working` it is weak
     (reported, never a reason to kill a server by itself)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     none_accepted: float = 1.05
     working: dict[str, float] = Field(
         description="Per algorithm: the accept length a matched drafter clearly exceeds. NGRAM drafts from "
@@ -62,7 +62,7 @@ class Acceptance(BaseModel):
 class Endpoints(BaseModel):
     """HTTP paths of a running server (`http_server.py`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     health: str = Field("/health", description="503 while starting; also runs a 1-token generation.")
     health_generate: str = Field("/health_generate", description="Always generates one token.")
     ready: str = Field("/ready", description="200 once the tokenizer manager is ready; no generation.")
@@ -79,7 +79,7 @@ class Endpoints(BaseModel):
 
 
 class EngineFacts(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     version: str = Field(description="The release these facts were read from.")
     source: str = Field(description="Where in that release's source they come from.")
     speculative: SpeculativeFacts
@@ -108,26 +108,42 @@ _MTP_TARGETS = (
     "Qwen4ExpForConditionalGeneration",
 )
 
-RELEASES: dict[str, EngineFacts] = {
-    "0.5.23": EngineFacts(
-        version="0.5.23",
-        source="srt/arg_groups/speculative_hook.py (_handle_eagle_family, resolve checks), "
-        "srt/entrypoints/http_server.py, srt/speculative/spec_info.py",
-        speculative=SpeculativeFacts(
-            algorithms=("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM"),
-            aliases={"NEXTN": "EAGLE"},
-            eagle_family=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"),
-            mtp_targets=_MTP_TARGETS,
-            mtp_targets_with_separate_draft=("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"),
-            no_spec_backends=("torch_native", "flex_attention"),
-            tree_paged_backends=("flashinfer", "fa3", "triton"),
-            chain_only_backends=("trtllm_mha",),
-            no_dp_attention=("NGRAM", "STANDALONE"),
-            pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
+
+@cache
+def releases() -> dict[str, EngineFacts]:
+    """The table, built on first use (a command-line run that needs no facts does not pay for it)."""
+    return {
+        "0.5.23": EngineFacts(
+            version="0.5.23",
+            source="srt/arg_groups/speculative_hook.py (_handle_eagle_family, resolve checks), "
+            "srt/entrypoints/http_server.py, srt/speculative/spec_info.py",
+            speculative=SpeculativeFacts(
+                algorithms=(
+                    "DFLASH",
+                    "UNO",
+                    "DSPARK",
+                    "EAGLE",
+                    "EAGLE3",
+                    "FROZEN_KV_MTP",
+                    "STANDALONE",
+                    "NGRAM",
+                ),
+                aliases={"NEXTN": "EAGLE"},
+                eagle_family=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"),
+                mtp_targets=_MTP_TARGETS,
+                mtp_targets_with_separate_draft=(
+                    "MistralLarge3ForCausalLM",
+                    "PixtralForConditionalGeneration",
+                ),
+                no_spec_backends=("torch_native", "flex_attention"),
+                tree_paged_backends=("flashinfer", "fa3", "triton"),
+                chain_only_backends=("trtllm_mha",),
+                no_dp_attention=("NGRAM", "STANDALONE"),
+                pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
+            ),
+            acceptance=Acceptance(working={"NGRAM": 1.1}),
         ),
-        acceptance=Acceptance(working={"NGRAM": 1.1}),
-    ),
-}
+    }
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -141,7 +157,7 @@ def _key(version: str) -> tuple[int, ...]:
 @cache
 def facts_for(version: str | None = None) -> EngineFacts:
     """The facts of `version`: its own entry, the nearest older one, or (unknown/older than all) the oldest."""
-    ordered = sorted(RELEASES.values(), key=lambda f: _key(f.version))
+    ordered = sorted(releases().values(), key=lambda f: _key(f.version))
     if version is None:
         return ordered[-1]
     older = [f for f in ordered if _key(f.version) <= _key(version)]
