@@ -29,11 +29,13 @@ from specdoctor.agent.diagnose import default_planner  # noqa: E402
 from specdoctor.agent.events import EventBus  # noqa: E402
 from specdoctor.agent.launcher import SimulatedLauncher  # noqa: E402
 from specdoctor.agent.loop import Loop  # noqa: E402
+from specdoctor.agent.planner import Planned  # noqa: E402
 from specdoctor.agent.policy import Backoff, Budget, LoopSettings  # noqa: E402
 from specdoctor.agent.watch import StageDeadlines, WatchSettings  # noqa: E402
 from specdoctor.playbooks.decision import Retry  # noqa: E402
 from specdoctor.tools.catalog_load import bundled  # noqa: E402
 from specdoctor.tools.command import LaunchCommand  # noqa: E402
+from specdoctor.tools.edit_policy import Allowance  # noqa: E402
 from specdoctor.tools.system import find_free_port  # noqa: E402
 
 MODELS = ROOT / "agent" / "data" / "demo"
@@ -44,8 +46,8 @@ class BlindRestart:
 
     name = "blind"
 
-    def decide(self, ctx):
-        return Retry(category="other", summary="restart", evidence=())
+    def plan(self, ctx) -> Planned:
+        return Planned(decision=Retry(category="other", summary="restart", evidence=()), planner=self.name)
 
 
 def command(faults: int, port: int) -> str:
@@ -81,7 +83,8 @@ def run(faults: int, speed: float, planner, preflight: bool) -> tuple[str, int, 
             bundled(),
             SimulatedLauncher("h200x8", speed=speed),
             planner,
-            PolicyApprover(0.5),
+            # The faults include a port another server holds: the bench lets both strategies move it.
+            PolicyApprover(0.5, Allowance(flags=frozenset({"--port"}))),
             EventBus([]),
             settings,
         )
