@@ -7,6 +7,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import SetFlag
 
 _INTERNAL = re.compile(
@@ -52,7 +53,9 @@ def nan_logits(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     scope="root",
 )
 def illegal_access(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A kernel read or wrote out of bounds."""
+    """A kernel read or wrote out of bounds: in code a setting of the command chose, or in SGLang's own."""
+    if chosen := revert_prime_suspect(ctx, "a GPU kernel accessed memory out of bounds"):
+        return chosen
     return stop(
         ctx,
         "engine-bug",
@@ -117,6 +120,8 @@ def internal_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "layers, vocabulary); use a draft made for this exact target and SGLang's algorithm.",
             confidence=0.6,
         )
+    if chosen := revert_prime_suspect(ctx, "SGLang crashed in its own code"):
+        return chosen
     where = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
     place = f" in {where.path.rsplit('sglang/', 1)[-1]}:{where.line} ({where.function})" if where else ""
     return stop(

@@ -9,34 +9,9 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
-from specdoctor.tools.command import Edit, Option, RemoveFlag, SetFlag
+from specdoctor.playbooks.suspects import named_in, revert_prime_suspect
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
-# Words too common in logs to tie an error to one flag.
-_GENERIC = {
-    "enable",
-    "disable",
-    "use",
-    "spec",
-    "speculative",
-    "cuda",
-    "graph",
-    "cache",
-    "mode",
-    "size",
-    "backend",
-    "attention",
-    "model",
-    "decode",
-    "prefill",
-    "server",
-    "support",
-    "path",
-    "max",
-    "min",
-    "num",
-    "custom",
-    "kernel",
-}
 # Settings CUDA graphs cannot capture (SGLang documents each of these).
 _NOT_CAPTURABLE: tuple[tuple[str, str | None, str, tuple[str, ...]], ...] = (
     (
@@ -51,51 +26,14 @@ _NOT_CAPTURABLE: tuple[tuple[str, str | None, str, tuple[str, ...]], ...] = (
 _SYNCING = re.compile(r"metrics|recorder|distribution|debug|profil|nan-detection|dump|trace|check", re.I)
 
 
-def _words(flag: str) -> list[str]:
-    return [w for w in flag.lstrip("-").lower().split("-") if len(w) >= 3 and w not in _GENERIC]
-
-
-def _named_in(flag: str, text: str) -> bool:
-    """Most of a flag's distinctive words appear in the text (squeezed, so `expert_distribution` and
-    `ExpertDistribution` both count)."""
-    words = _words(flag)
-    squeezed = re.sub(r"[\s_\-./]", "", text.lower())
-    hits = [w for w in words if w in squeezed]
-    return bool(words) and len(hits) * 2 >= len(words) and any(len(w) >= 5 for w in hits)
-
-
 @playbook(
     id="sglang.feature.named-in-error", category="other", when=("exited", "hung", "unhealthy"), priority=75
 )
 def feature_named_in_error(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """SGLang crashed in the code of an optional feature the command switched on: switch it off."""
+    """SGLang crashed in the code of a setting the command chose, and the failure names it: take it back."""
     if ctx.root.kind not in ("exception", "traceback-cut", "message"):
         return None
-    text = ctx.root_text
-    suspects = [o.name for o in ctx.spec.options() if _optional(ctx, o) and _named_in(o.name, text)]
-    if len(suspects) != 1:
-        return None  # none, or several equally likely: not a confident guess
-    flag = suspects[0]
-    category = (
-        "spec-config" if ctx.view.algorithm and re.search(r"draft|spec|verify", text, re.I) else "other"
-    )
-    return fix(
-        ctx,
-        [RemoveFlag(flag=flag)],
-        category,
-        f"SGLang failed inside the feature {flag} switches on: {ctx.root.error_line or ''}".strip(),
-        why=f"the error names {flag}'s feature; without it the launch takes SGLang's default path",
-        confidence=0.6,
-    )
-
-
-def _optional(ctx: Context, option: Option) -> bool:
-    """A feature the command switched on: an `--enable-*` switch, or a value given to a flag that is off
-    unless set (its default is none: `--reasoning-parser qwen3`, `--speculative-token-map F`)."""
-    if not option.values:
-        return option.name.startswith(("--enable-", "--enforce-", "--use-"))
-    flag = ctx.catalog.get(ctx.view.canon(option.name))
-    return flag is not None and flag.default in (None, "None", "", "none")
+    return revert_prime_suspect(ctx, "SGLang failed")
 
 
 @playbook(
@@ -129,7 +67,7 @@ def not_capturable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     ]
     # Grounds: the failing stack runs through the diagnostic's own code (its words are in the traceback).
     stack = ctx.root_text + " " + " ".join(f.path + " " + f.function for f in ctx.root.frames)
-    named = [f for f in switched_on if _named_in(f, stack)]
+    named = [f for f in switched_on if named_in(f, stack)]
     # A stack cut short cannot show it; then the one diagnostic switched on is a suspect, not a finding.
     suspects = named or (switched_on if len(switched_on) == 1 and "[...]" in ctx.log_text else [])
     if not suspects:

@@ -15,7 +15,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.features import _named_in
+from specdoctor.playbooks.suspects import named_in
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
@@ -51,7 +51,7 @@ def _in_a_chosen_feature(ctx: Context, reading: SiteReading) -> bool:
     blameless even when the check reads nothing the user set."""
     where = f"{reading.site.file} {reading.site.function}"
     return any(
-        _named_in(o.name, where) for o in ctx.spec.options() if o.name.startswith(("--enable-", "--use-"))
+        named_in(o.name, where) for o in ctx.spec.options() if o.name.startswith(("--enable-", "--use-"))
     )
 
 

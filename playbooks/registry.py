@@ -13,6 +13,7 @@ _FAMILIES = (
     "network",
     "model",
     "hardware",
+    "message_asks",
     "features",
     "backends",
     "grounded",

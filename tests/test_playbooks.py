@@ -554,7 +554,7 @@ def test_playbook_on_real_log(s: Scenario):
 
 
 def test_every_builtin_playbook_is_tested_on_a_real_log():
-    tested = {s.playbook for s in SCENARIOS} | {p for _, p in EXTRA} | {p for _, p in BLIND}
+    tested = {s.playbook for s in SCENARIOS} | {p for _, _, p in CASES}
     missing = sorted(pb.id for pb in all_playbooks() if pb.id not in tested)
     assert not missing, f"playbooks without a real-log test: {missing}"
 
@@ -635,7 +635,20 @@ BLIND = [
     ("qwen35-eagle3-aux-hidden-unpack-capture", "sglang.engine.internal-crash"),
     ("speculative-adaptive-shared-logits-buffer-assert", None),
 ]
-CASES = [("corpus-extra", c, p) for c, p in EXTRA] + [("corpus-blind", c, p) for c, p in BLIND]
+# corpus-fresh-2 was scored blind (8/25) before the rules below were written from its failures' kinds; it
+# is no longer held out (corpus-fresh-3 is), and these cases are the rules' real logs.
+FRESH2 = [
+    ("nvfp4-checkpoint-autodetected-as-modelopt-fp8", "sglang.message.use-choice"),
+    ("nextn-flashinfer-mla-draft-tokens-3-not-power-of-two", "sglang.message.power-of-two"),
+    ("kimi-k25-pipeline-parallel-not-supported", "sglang.feature.named-in-error"),
+    ("fp8-moe-flashinfer-cutlass-runner-missing", "sglang.feature.named-in-error"),
+    ("glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512", "sglang.cuda-graph.capture"),
+]
+CASES = (
+    [("corpus-extra", c, p) for c, p in EXTRA]
+    + [("corpus-blind", c, p) for c, p in BLIND]
+    + [("corpus-fresh-2", c, p) for c, p in FRESH2]
+)
 
 
 @pytest.mark.parametrize(("folder", "case_id", "playbook_id"), CASES, ids=[c for _, c, _ in CASES])

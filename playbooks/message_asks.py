@@ -1,0 +1,85 @@
+"""What an error message asks of a setting the command chose, when it does not spell the flag out:
+"For FP4 quantization, use ModelOptFp4Config" names the `--quantization` choice `modelopt_fp4` by its
+class; "arange's range must be a power of 2" asks for a power of two of the one count the command gave that
+is not one. The flag-level remedies ("please use --x y") are the engine index's (`sglang.source.check`)."""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.suspects import category_of, failing_path, squeeze
+from specdoctor.tools.command import SetFlag
+
+_USE = re.compile(r"\b(?:use|using|try|switch to|set it to)\s+[`'\"]?([A-Za-z][\w.-]{2,60})", re.I)
+# The class or enum spelling of a choice: `ModelOptFp4Config` is `modelopt_fp4`, `MoeRunnerBackend.TRITON`
+# is `triton`.
+_CLASS_PARTS = re.compile(r"(?:config|backend|method|runner|kernel|quant)$")
+_POWER_OF_TWO = re.compile(
+    r"must be (?:a )?power of (?:2|two)|power-of-(?:2|two)|not a power of (?:2|two)", re.I
+)
+# Counts that are sizes of the machine or identifiers, never what a kernel's block shape is made of.
+_NOT_SHAPES = re.compile(
+    r"port|seed|rank|nnodes|size$|timeout|interval|limit|max-running|max-total|context-length|len$"
+)
+
+
+@playbook(id="sglang.message.use-choice", category="other", when=("exited", "unhealthy"), priority=62)
+def use_named_choice(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The error tells the user to use something that is another value of a flag the command set."""
+    error, _ = failing_path(ctx)
+    asked = {
+        squeeze(_CLASS_PARTS.sub("", w.rstrip(".-").rsplit(".", 1)[-1].lower())) for w in _USE.findall(error)
+    }
+    asked.discard("")
+    found = []
+    for option in ctx.spec.options():
+        flag = ctx.view.canon(option.name)
+        info = ctx.catalog.get(flag)
+        if info is None or not info.choices or not option.values:
+            continue
+        current = squeeze(" ".join(option.values))
+        found += [(flag, c) for c in info.choices if squeeze(c) in asked and squeeze(c) != current]
+    if len(found) != 1:
+        return None  # nothing, or several flags asked alike: not a confident guess
+    flag, choice = found[0]
+    return fix(
+        ctx,
+        [SetFlag(flag=flag, values=(choice,))],
+        category_of(flag),
+        f"the error asks for {choice}, another choice of {flag}: {ctx.root.error_line or ''}".strip(),
+        why=f"the engine's message names what to use; `{choice}` is how {flag} spells it",
+        confidence=0.7,
+    )
+
+
+@playbook(
+    id="sglang.message.power-of-two",
+    category="other",
+    when=("exited", "unhealthy"),
+    pattern=_POWER_OF_TWO.pattern,
+    priority=63,
+    scope="root",
+)
+def power_of_two(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A kernel needs a power of two, and exactly one count the command chose is not one."""
+    counts = []
+    for option in ctx.spec.options():
+        flag = ctx.view.canon(option.name)
+        value = ctx.view.int(flag)
+        if value is None or value < 3 or value > 4096 or _NOT_SHAPES.search(flag) or value & (value - 1) == 0:
+            continue
+        counts.append((flag, value))
+    if len(counts) != 1:
+        return None
+    flag, value = counts[0]
+    up = 1 << (value - 1).bit_length()
+    return fix(
+        ctx,
+        [SetFlag(flag=flag, values=(str(up),))],
+        category_of(flag),
+        f"a kernel needs a power of two and {flag} is {value}: {ctx.root.error_line or ''}".strip(),
+        why=f"{flag} is the only count the command chose that is not a power of two; {up} is the next one",
+        confidence=0.5,
+    )

@@ -1,0 +1,110 @@
+"""The settings on the failing path (playbooks/suspects.py) and what a message asks of a chosen setting
+(playbooks/message_asks.py), on real logs from the tracker (corpus-fresh-2, scored blind before these rules
+existed) and on the same failures with the setting left at its default, where the answer must be a stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdoctor.tools.command import LaunchCommand
+from tests.test_corpus_scores import CAT, contract_for
+
+FRESH2 = Path(__file__).parent / "data" / "corpus-fresh-2"
+
+
+def _case(tmp_path: Path, name: str, command: str | None = None) -> dict:
+    case = json.loads((FRESH2 / f"{name}.json").read_text())
+    if command is not None:
+        case["command"] = command
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(case))
+    return contract_for(path)
+
+
+def _edits(contract: dict) -> list[dict]:
+    return contract.get("edits") or []
+
+
+@pytest.mark.parametrize(
+    ("case", "setting"),
+    [
+        # The value `deepep` is in the error's own words (DeepEPLLDispatchOutput).
+        ("dsv4-flash-flashinfer-mxfp4-runner-with-deepep-ll-capture-attributeerror", "--moe-a2a-backend"),
+        # The flag's name: 'Fp8MoEMethod' object has no attribute 'runner'.
+        ("fp8-moe-flashinfer-cutlass-runner-missing", "--moe-runner-backend"),
+        # A parallel size named in full: "Pipeline Parallel is not compatible with this model."
+        ("kimi-k25-pipeline-parallel-not-supported", "--pp-size"),
+        # An engine variable the user set, named by the failing file's path (/deepgemm/...).
+        ("glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512", "SGL_ENABLE_JIT_DEEPGEMM"),
+    ],
+)
+def test_the_setting_the_failure_names_is_taken_back(tmp_path: Path, case: str, setting: str) -> None:
+    contract = _case(tmp_path, case)
+    assert contract["action"] == "fix", contract
+    touched = {e.get("flag") or e.get("name") for e in _edits(contract)}
+    assert touched == {setting}, contract
+    assert setting in contract["summary"]
+
+
+def test_an_env_switch_is_turned_off_in_its_own_spelling(tmp_path: Path) -> None:
+    contract = _case(tmp_path, "glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512")
+    assert _edits(contract) == [{"op": "set_env", "name": "SGL_ENABLE_JIT_DEEPGEMM", "value": "0"}]
+
+
+@pytest.mark.parametrize(
+    ("case", "command"),
+    [
+        (
+            "dsv4-flash-flashinfer-mxfp4-runner-with-deepep-ll-capture-attributeerror",
+            "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V4-Flash --tp-size 4",
+        ),
+        (
+            "glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512",
+            "python3 -m sglang.launch_server --model-path=zai-org/GLM-5-FP8 --tp-size 8",
+        ),
+    ],
+)
+def test_the_same_crash_with_defaults_is_an_engine_bug(tmp_path: Path, case: str, command: str) -> None:
+    contract = _case(tmp_path, case, command)
+    assert contract["action"] == "stop", contract
+    assert contract["category"] == "engine-bug"
+
+
+def test_two_settings_named_alike_are_not_guessed_between(tmp_path: Path) -> None:
+    # "Runner backend ...FLASHINFER_TRTLLM requires a fused func for a2a backend deepep": both chosen
+    # settings are named by value; either could be the one to change.
+    contract = _case(tmp_path, "nvfp4-moe-flashinfer-trtllm-runner-with-deepep-no-fused-func")
+    assert contract["action"] == "stop"
+
+
+def test_a_tensor_shape_error_does_not_name_tensor_parallelism(tmp_path: Path) -> None:
+    case = json.loads((FRESH2 / "fp8-moe-flashinfer-cutlass-runner-missing.json").read_text())
+    case["log"] = "RuntimeError: The size of tensor a (8640) must match the size of tensor b (5760)"
+    case["command"] = "python -m sglang.launch_server --model-path m --tp-size 2"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(case))
+    contract = contract_for(path)
+    assert all(e.get("flag") != "--tp-size" for e in _edits(contract)), contract
+
+
+def test_a_class_the_message_asks_for_is_a_choice_of_the_flag(tmp_path: Path) -> None:
+    contract = _case(tmp_path, "nvfp4-checkpoint-autodetected-as-modelopt-fp8")
+    assert _edits(contract) == [{"op": "set", "flag": "--quantization", "values": ["modelopt_fp4"]}]
+
+
+def test_a_power_of_two_goes_to_the_one_count_that_is_not(tmp_path: Path) -> None:
+    contract = _case(tmp_path, "nextn-flashinfer-mla-draft-tokens-3-not-power-of-two")
+    assert _edits(contract) == [{"op": "set", "flag": "--speculative-num-draft-tokens", "values": ["4"]}]
+
+
+def test_a_power_of_two_with_two_candidates_is_not_guessed(tmp_path: Path) -> None:
+    command = LaunchCommand.parse(
+        "python3 -m sglang.launch_server --model-path m --speculative-algorithm EAGLE "
+        "--speculative-num-steps 3 --speculative-num-draft-tokens 5 --speculative-eagle-topk 1"
+    )
+    assert CAT.get("--speculative-num-steps") is not None
+    contract = _case(tmp_path, "nextn-flashinfer-mla-draft-tokens-3-not-power-of-two", str(command))
+    assert all(e.get("flag") != "--speculative-num-draft-tokens" for e in _edits(contract)), contract
