@@ -158,3 +158,10 @@ def test_backslash_continuations_read_like_a_shell():
     )
     spec = LaunchCommand.parse(pasted)
     assert spec.argv() == ["python", "-m", "sglang.launch_server", "--model-path", "M", "--tp-size", "2"]
+
+
+def test_sglangs_own_launcher_script_in_a_source_checkout_is_sglang():
+    spec = LaunchCommand.parse("python3 python/sglang/launch_server.py --model-path M --enable-memory-saver")
+    assert spec.has("--model-path") and spec.has("--enable-memory-saver")
+    with pytest.raises(CommandError, match="runs a script"):
+        LaunchCommand.parse("python3 other/launch_server.py --model-path M")

@@ -248,6 +248,8 @@ def _entrypoint_length(tokens: list[str]) -> int:
                     "`python -c` is not a launch command: use `python -m sglang.launch_server ...`"
                 )
             i += 2 if tokens[i] in _PY_OPTS_WITH_ARG else 1
+        if i < len(tokens) and PurePath(tokens[i]).parts[-2:] == ("sglang", "launch_server.py"):
+            return i + 1  # SGLang's own launcher script, run from a source checkout
         if i + 1 >= len(tokens) or tokens[i] != "-m":
             raise CommandError(
                 f"`{' '.join(tokens[: i + 1])}` runs a script, not SGLang: use `{tokens[0]} -m sglang.launch_server ...`"
