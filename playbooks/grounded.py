@@ -15,7 +15,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.suspects import named_in
+from specdoctor.playbooks.suspects import category_of, named_in
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
@@ -160,22 +160,7 @@ def _engine_bug(ctx: Context, reading: SiteReading) -> Decision:
 
 
 def _category(reading: SiteReading) -> str:
-    names = " ".join(r.field for r in reading.reads) + " " + reading.site.file
-    for pattern, category in _CATEGORIES:
-        if re.search(pattern, names):
-            return category
-    return "other"
-
-
-_CATEGORIES = (
-    (r"speculative|eagle|draft|ngram|spec_", "spec-config"),
-    (r"attention_backend|attn_backend|/attention/", "attention-backend"),
-    (r"quantiz|fp8|fp4|awq|gptq", "quantization"),
-    (r"cuda_graph|graph_runner", "cuda-graph"),
-    (r"tp_size|pp_size|dp_size|ep_size|nnodes|parallel", "tp-config"),
-    (r"mem_fraction|max_total_tokens|chunked_prefill|memory", "oom"),
-    (r"context_len", "context-length"),
-)
+    return category_of(" ".join(r.field for r in reading.reads) + " " + reading.site.file)
 
 
 def _evidence(ctx: Context, reading: SiteReading) -> tuple[str, ...]:

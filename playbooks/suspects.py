@@ -15,6 +15,7 @@ from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.decision import Decision
 from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
+from specdoctor.tools.help_parser import FlagInfo
 
 # Words too common in logs or flag names to tie an error to one setting.
 GENERIC = frozenset(
@@ -123,10 +124,9 @@ def failing_path(ctx: Context) -> tuple[str, str]:
 
 
 def suspects(ctx: Context) -> list[Suspect]:
-    """Every chosen setting the failure names, strongest first."""
+    """Every chosen setting the failure names."""
     error, stack = failing_path(ctx)
-    found = [s for s in (*_flag_suspects(ctx, error, stack), *_env_suspects(ctx, error, stack)) if s]
-    return sorted(found, key=lambda s: -s.weight)
+    return [s for s in (*_flag_suspects(ctx, error, stack), *_env_suspects(ctx, error, stack)) if s]
 
 
 def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | None]:
@@ -134,7 +134,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | N
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
         info = ctx.catalog.get(flag)
-        if flag in _NOT_SUSPECTS or policy.flag(flag).edit_class == "identity" or not _chosen(ctx, option):
+        if flag in _NOT_SUSPECTS or policy.flag(flag).edit_class == "identity" or not _chosen(option, info):
             continue
         value = " ".join(option.values)
         names = (flag, *(info.aliases if info else ()))
@@ -178,20 +178,19 @@ def _strongest(
     return None
 
 
-def _suspect(setting: str, how: str, words: tuple[str, ...], edits: tuple[Edit, ...]) -> Suspect | None:
-    return Suspect(setting=setting, how=how, words=words, edits=edits) if words else None
+def _suspect(setting: str, how: str, words: tuple[str, ...], edits: tuple[Edit, ...]) -> Suspect:
+    return Suspect(setting=setting, how=how, words=words, edits=edits)
 
 
 def _numeric(value: str) -> bool:
     return bool(re.fullmatch(r"[-+.\d]+[kKMG]?i?", value))
 
 
-def _chosen(ctx: Context, option: Option) -> bool:
+def _chosen(option: Option, info: FlagInfo | None) -> bool:
     """The command chose something other than SGLang's default: a switch it gives, or a value that
     differs from the flag's default."""
     if not option.values:
         return True
-    info = ctx.catalog.get(ctx.view.canon(option.name))
     if info is None:
         return False
     default = (info.default or "").strip("'\"")
@@ -202,7 +201,7 @@ def prime_suspect(ctx: Context) -> Suspect | None:
     """The one setting the failure names most strongly, if one stands out and is strong enough. Between
     two named alike, a tuning setting (how the model runs) goes before one that changes what is loaded or
     served: taking it back keeps the deployment the user asked for."""
-    ranked = sorted(suspects(ctx), key=lambda s: (-s.weight, _class_rank(s.setting)))
+    ranked = sorted(suspects(ctx), key=_rank)
     if not ranked or ranked[0].weight < MIN_WEIGHT:
         return None
     if len(ranked) > 1 and _rank(ranked[1]) == _rank(ranked[0]):
@@ -211,7 +210,8 @@ def prime_suspect(ctx: Context) -> Suspect | None:
 
 
 def _rank(found: Suspect) -> tuple[int, int]:
-    return found.weight, -_class_rank(found.setting)
+    """Strongest naming first, then tuning before capability."""
+    return -found.weight, _class_rank(found.setting)
 
 
 def _class_rank(setting: str) -> int:
@@ -245,7 +245,7 @@ _CATEGORIES = (
     (r"speculative|eagle|draft|ngram|spec", "spec-config"),
     (r"attention|attn|mla", "attention-backend"),
     (r"quantiz|fp8|fp4|awq|gptq|moe|deepgemm|gemm", "quantization"),
-    (r"cuda.graph|torch.compile|piecewise", "cuda-graph"),
+    (r"cuda.graph|graph_runner|torch.compile|piecewise", "cuda-graph"),
     (r"tp.size|pp.size|dp.size|ep.size|parallel|nnodes", "tp-config"),
     (r"mem.fraction|max.total.tokens|chunked.prefill|memory", "oom"),
     (r"context.len", "context-length"),
