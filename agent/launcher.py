@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from specdoctor.tools.command import LaunchCommand, SetFlag
+from specdoctor.tools.detached import Launched
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.foreign import FreedGpus, terminate_foreign
 from specdoctor.tools.gpu import Gpu, GpuProcess, GpuReport, build_report
@@ -76,6 +77,10 @@ class Engine(Protocol):
     def stop(self, grace_s: float = DEFAULT_GRACE_S) -> StopResult: ...
 
     def detach(self) -> None: ...
+
+    def launches(self) -> list[Launched]:
+        """What names each launcher process group of this launch once specdoctor has exited."""
+        ...
 
 
 class Launcher(Protocol):

@@ -245,7 +245,8 @@ class RunRegistry:
 
     def _prepare(self, command: str | list[str]) -> Run:
         from specdoctor.agent.approve import PolicyApprover
-        from specdoctor.agent.commands.common import allowance, choose_catalog
+        from specdoctor.agent.commands.common import allowance, choose_catalog, pins
+        from specdoctor.agent.commands.options import DEFAULT_PINS
         from specdoctor.agent.console import ConsoleSink
         from specdoctor.agent.launcher import check_launchable
         from specdoctor.agent.mcp_tools import read_command
@@ -258,6 +259,9 @@ class RunRegistry:
         check_launchable(spec)
         # deploy launches the command, so its python is read for its flags, as `specdoctor deploy` does.
         choice = choose_catalog(spec, self.options, launching=True)
+        allowed = allowance(self.options, choice.catalog)
+        # As `specdoctor deploy`: whatever points at the server keeps pointing at it.
+        pinned = pins(self.options, choice.catalog, DEFAULT_PINS)
         run_id = uuid.uuid4().hex[:8]
         base = Path(self.options.run_dir) if getattr(self.options, "run_dir", None) else runs_dir()
         run_dir = make_run_dir(str(base / f"{time.strftime('%Y%m%d-%H%M%S')}-mcp-{run_id}"))
@@ -267,8 +271,8 @@ class RunRegistry:
             spec=spec,
             choice=choice,
             launcher=launcher,
-            approver=PolicyApprover(self.options.min_confidence, allowance(self.options, choice.catalog)),
-            settings=settings_for(self.options, run_dir, when_healthy="detach"),
+            approver=PolicyApprover(self.options.min_confidence, allowed),
+            settings=settings_for(self.options, run_dir, when_healthy="detach", pinned=pinned),
             run_dir=run_dir,
             mode="deploy",
             sinks=[ConsoleSink(Out(progress, color=False), canon=choice.catalog.canonical)],

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specdoctor.agent.launcher import Engine, Launcher
 from specdoctor.tools.command import LaunchCommand, SetFlag
+from specdoctor.tools.detached import Launched
 from specdoctor.tools.foreign import FreedGpus
 from specdoctor.tools.gpu import GpuProcess, GpuReport
 from specdoctor.tools.process import DEFAULT_GRACE_S, EngineStartError, LineCallback, ProcessRef, StopResult
@@ -172,6 +173,9 @@ class MultiNodeEngine:
 
     def _stop_rank(self, rank: int, grace_s: float) -> None:
         self._ended[rank] = self.ranks[rank].stop(grace_s)
+
+    def launches(self) -> list[Launched]:
+        return [launch for engine in self.ranks for launch in engine.launches()]
 
     def detach(self) -> None:
         """Leave every node rank running on its own (each was started writing straight to its log)."""

@@ -46,8 +46,9 @@ class Session:
         return self.run_dir / "report.json"
 
     @classmethod
-    def prepare(cls, args: argparse.Namespace) -> tuple[LaunchCommand, CatalogChoice, Path]:
-        """What `deploy` and `fix` start from: signal handling, the command, its catalog, the run folder."""
+    def prepare(cls, args: argparse.Namespace) -> tuple[LaunchCommand, CatalogChoice]:
+        """What `deploy` and `fix` start from: signal handling, the command, its catalog. The run folder is
+        made by the caller once every option is checked, so that a usage error leaves no empty folder."""
         from specdoctor.agent.commands.common import choose_catalog, read_spec
         from specdoctor.agent.report import check_report_path
         from specdoctor.tools.process import install_signal_handlers
@@ -57,7 +58,7 @@ class Session:
         check_launchable(spec)
         if getattr(args, "report", None):
             check_report_path(args.report)
-        return spec, choose_catalog(spec, args, launching=True), make_run_dir(args.run_dir)
+        return spec, choose_catalog(spec, args, launching=True)
 
     def run(self, args: argparse.Namespace) -> LoopResult:
         from specdoctor.agent.commands.common import llm_planner

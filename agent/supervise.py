@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 from specdoctor.agent.events import DetachEvent, EventBus, OutcomeEvent, SuperviseEvent
+from specdoctor.agent.launcher import Engine
 from specdoctor.agent.policy import Mode
 from specdoctor.agent.results import Attempt, Healthy, Stopped
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.detached import DetachedServer
 from specdoctor.tools.outcome import Outcome
-from specdoctor.tools.process import EngineProcess
 
 
 class Supervisor:
@@ -22,9 +22,7 @@ class Supervisor:
         self.healthy_for = 0.0
         """Seconds the last supervised server stayed up."""
 
-    def after_healthy(
-        self, engine: EngineProcess, attempt: Attempt, command: LaunchCommand, url: str
-    ) -> Outcome:
+    def after_healthy(self, engine: Engine, attempt: Attempt, command: LaunchCommand, url: str) -> Outcome:
         outcome = attempt.outcome
         assert outcome is not None
         unmeasured = outcome.acceptance == "unmeasured"
@@ -36,8 +34,10 @@ class Supervisor:
             )
         caveat = ", speculative acceptance unmeasured" if unmeasured else ""
         if self.mode == "detach":
+            # Named before it is let go: should that fail, the engine is still ours to stop.
+            server = _detached(engine, url, command)
             engine.detach()
-            self.bus.emit(DetachEvent(attempt=attempt.number, server=_detached(engine, url, command)))
+            self.bus.emit(DetachEvent(attempt=attempt.number, server=server))
             raise Healthy(
                 f"the server is healthy{caveat} and left running (pid {engine.pid})",
                 command,
@@ -52,7 +52,7 @@ class Supervisor:
         )
         return self._until_exit(engine, attempt)
 
-    def _until_exit(self, engine: EngineProcess, attempt: Attempt) -> Outcome:
+    def _until_exit(self, engine: Engine, attempt: Attempt) -> Outcome:
         assert attempt.outcome is not None
         healthy_at = time.monotonic()
         code = None
@@ -72,14 +72,8 @@ class Supervisor:
         return crashed
 
 
-def _detached(engine: EngineProcess, url: str, command: LaunchCommand) -> DetachedServer:
-    identity = engine.identity
+def _detached(engine: Engine, url: str, command: LaunchCommand) -> DetachedServer:
+    rank_zero, *other_nodes = engine.launches()
     return DetachedServer(
-        pid=engine.pid,
-        pgid=identity.pgid,
-        start_time=identity.leader_start,
-        engine_id=identity.marker,
-        url=url,
-        log_path=str(engine.log_path),
-        command=command.shell(),
+        **rank_zero.model_dump(), url=url, command=command.shell(), other_nodes=tuple(other_nodes)
     )

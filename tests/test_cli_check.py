@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,9 +12,13 @@ import pytest
 ENTRY = ["python", "-m", "sglang.launch_server"]
 
 
-def specdoctor(*args: str) -> subprocess.CompletedProcess:
+def specdoctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "specdoctor", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "specdoctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -138,3 +143,15 @@ def test_a_pin_must_name_a_flag(tmp_path):
         *ENTRY,
     )
     assert proc.returncode == 2 and "--pin nonsense: not a flag of SGLang" in proc.stderr
+    assert not (tmp_path / "run").exists()  # a usage error leaves no empty run folder behind
+
+
+@pytest.mark.parametrize("verb", ["deploy", "fix"])
+def test_a_bad_option_leaves_no_run_folder_in_the_runs_folder(tmp_path, verb):
+    runs = tmp_path / "runs"
+    for bad in (("--pin", "nonsense"), ("--allow", "no-such-flag")):
+        proc = specdoctor(
+            verb, *bad, "--simulate", "h200x8", "--", *ENTRY, env={"SPECDOCTOR_RUNS_DIR": str(runs)}
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "not a flag of SGLang" in proc.stderr and not runs.exists()

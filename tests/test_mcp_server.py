@@ -279,8 +279,15 @@ def test_deploy_on_the_simulated_node_reaches_healthy_and_stop_leaves_nothing(tm
     assert unknown.is_error and "no run '4242' was started by this server" in text(unknown)
 
 
-def test_deploy_keeps_the_unattended_policy(tmp_path):
-    """The port is taken: moving --port is an identity change, which the server was not started to allow."""
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ((), "is held by pid"),  # --port is pinned, as `specdoctor deploy` pins it: the holder is named
+        (("--no-pin",), "--allow port"),  # unpinned, moving it is still an identity change nobody allowed
+    ],
+)
+def test_deploy_keeps_the_unattended_policy(tmp_path, options, said):
+    """The port is taken: the run stops before any launch, and says why."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", find_free_port(35000)))
         taken.listen()
@@ -289,10 +296,11 @@ def test_deploy_keeps_the_unattended_policy(tmp_path):
         async def run(s: ClientSession):
             return await s.call_tool("deploy", {"command": kimi(port), "wait_s": 60})
 
-        result = session(run, *SIM, "--run-dir", str(tmp_path))
+        result = session(run, *SIM, *options, "--run-dir", str(tmp_path))
     got = result.structured_content
     assert got["state"] == "failed" and got["result"] == "stopped", got
-    assert "--allow port" in got["message"] and got["attempts"] == []
+    assert said in got["message"] and got["attempts"] == [], got["message"]
+    assert f"--port {port}" in got["command"] or str(port) in got["message"]
     assert our_processes() == []  # nothing was launched
 
 

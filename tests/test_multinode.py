@@ -286,3 +286,20 @@ def test_sim_nodes_is_explained_and_checked(tmp_path) -> None:
     proc = _cli("deploy", *sim, "--run-dir", str(tmp_path / "run"), "--", *one_node, cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "the command says --nnodes 1: give it --nnodes 2" in proc.stdout
+
+
+def test_a_detached_two_node_launch_is_recorded_on_every_node_and_stop_ends_both(tmp_path) -> None:
+    command = two_nodes(KIMI_EAGLE3).split()
+    run = tmp_path / "run"
+    sim = ("--simulate", "h200x8", "--sim-nodes", "2", "--sim-speed", str(SPEED))
+    proc = _cli("deploy", *sim, "--detach", "--run-dir", str(run), "--", *command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    detached = json.loads((run / "report.json").read_text())["detached"]
+    ranks = [detached, *detached["other_nodes"]]
+    assert [Path(r["log_path"]).name for r in ranks] == ["attempt-1.rank0.log", "attempt-1.rank1.log"]
+    assert (
+        len({r["engine_id"] for r in ranks}) == 2 and len(our_processes()) >= 4
+    )  # two launchers, two schedulers
+    stopped = _cli("stop", "--grace", "5", str(run), cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert our_processes() == []

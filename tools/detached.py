@@ -26,13 +26,14 @@ from specdoctor.tools.reaper import (
     stop_tree,
 )
 
-__all__ = ["DetachedServer", "live_engine_ids", "processes", "stop_server"]
+__all__ = ["DetachedServer", "Launched", "live_engine_ids", "processes", "stop_server"]
 
 _ENVIRON_MAX_BYTES = 1 << 20
 
 
-class DetachedServer(BaseModel):
-    """What names a detached engine launch after specdoctor has exited."""
+class Launched(BaseModel):
+    """One launcher process group of a launch, named so that it can be found again after specdoctor has
+    exited: a single-node launch has one, a multi-node launch one per node rank."""
 
     model_config = ConfigDict(frozen=True)
     pid: int = Field(description="The launcher's pid, leader of its own process group.")
@@ -43,9 +44,7 @@ class DetachedServer(BaseModel):
     engine_id: str = Field(
         description=f"The launch's marker: {MARKER_VARIABLE} in every process's environment."
     )
-    url: str = Field(description="Where the server answers.")
     log_path: str | None = Field(default=None, description="The log the engine writes itself.")
-    command: str = Field(description="The command that was launched, as a shell line.")
 
     def leader_is_ours(self) -> bool:
         """The recorded pid is still the launcher we started: same start time, our marker."""
@@ -56,18 +55,50 @@ class DetachedServer(BaseModel):
             and has_marker(self.pid, self.engine_id)
         )
 
+    def processes(self) -> list[Proc]:
+        """The live processes of this launcher: its recorded group while the leader is verified, its marker,
+        and their descendants."""
+        group = self.pgid if self.leader_is_ours() else -1  # -1 matches no process group
+        return find_engine(EngineIdentity(group, self.start_time, self.engine_id))
+
+    def stop(self, grace_s: float) -> TreeStop:
+        """SIGTERM the launcher first (SGLang then ends its scheduler and detokenizer itself), then whatever
+        of the launch outlives it, SIGKILL after `grace_s`; report what survived even that."""
+        return stop_tree(self.processes, grace_s, leader=(self.pid, self.start_time))
+
+
+class DetachedServer(Launched):
+    """What names a detached server after specdoctor has exited: node rank 0's launcher (it serves HTTP),
+    and every other node rank's of a multi-node launch."""
+
+    url: str = Field(description="Where the server answers.")
+    command: str = Field(description="The command that was launched, as a shell line.")
+    other_nodes: tuple[Launched, ...] = Field(
+        default=(),
+        description="Node ranks 1.. of a multi-node launch, each its own launcher and process group.",
+    )
+
+    def launches(self) -> tuple[Launched, ...]:
+        return (self, *self.other_nodes)
+
+    def engine_ids(self) -> set[str]:
+        return {launch.engine_id for launch in self.launches()}
+
 
 def processes(server: DetachedServer) -> list[Proc]:
-    """The live processes of this launch: its recorded group while the leader is verified, its marker, and
-    their descendants."""
-    group = server.pgid if server.leader_is_ours() else -1  # -1 matches no process group
-    return find_engine(EngineIdentity(group, server.start_time, server.engine_id))
+    """Every live process of the server, on every node rank."""
+    return [p for launch in server.launches() for p in launch.processes()]
 
 
 def stop_server(server: DetachedServer, grace_s: float) -> TreeStop:
-    """SIGTERM the launcher first (SGLang then ends its scheduler and detokenizer itself), then whatever
-    of the launch outlives it, SIGKILL after `grace_s`; report what survived even that."""
-    return stop_tree(lambda: processes(server), grace_s, leader=(server.pid, server.start_time))
+    """Stop node rank 0 first (a node rank above 0 waits for its shutdown broadcast, so it usually ends by
+    itself), then whatever is left of the other node ranks."""
+    stops = [launch.stop(grace_s) for launch in server.launches()]
+    return TreeStop(
+        *(  # one TreeStop for the whole server: each field joined over the node ranks
+            [p for stop in stops for p in getattr(stop, field)] for field in TreeStop._fields
+        )
+    )
 
 
 def live_engine_ids() -> set[str]:

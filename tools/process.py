@@ -34,6 +34,7 @@ from typing import BinaryIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.tools import reaper
+from specdoctor.tools.detached import Launched
 from specdoctor.tools.reaper import MARKER_VARIABLE, EngineIdentity, Proc, find_engine, read_proc, stop_tree
 from specdoctor.tools.redact import LogRedactor
 
@@ -376,6 +377,18 @@ class EngineProcess:
 
     def _redacted(self, raw: bytes) -> str:
         return self._redactor.line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+    def launches(self) -> list[Launched]:
+        identity = self._identity
+        return [
+            Launched(
+                pid=self.pid,
+                pgid=identity.pgid,
+                start_time=identity.leader_start,
+                engine_id=identity.marker,
+                log_path=str(self.log_path),
+            )
+        ]
 
     def detach(self) -> None:
         """Leave the engine running on its own (it must have been started `to_file`): stop following its

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 from specdoctor.agent import exitcodes
 from specdoctor.agent.commands.options import (
+    DEFAULT_PINS,
     add_catalog_options,
     add_command_argument,
     add_llm_options,
+    add_no_pin_option,
     add_run_options,
     add_secrets_option,
 )
@@ -23,9 +25,6 @@ if TYPE_CHECKING:
     from specdoctor.agent.render import Out
     from specdoctor.agent.results import LoopResult
     from specdoctor.tools.catalog import FlagCatalog
-
-DEFAULT_PINS = ("--port", "--host")
-"""A load balancer, a Kubernetes Service or a probe points at them: deploy never moves them unasked."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,11 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="once healthy, stop the server and exit 0 (does this command work?)",
     )
-    p.add_argument(
-        "--no-pin",
-        action="store_true",
-        help="lift the default pins on --port and --host (then `--allow port` lets a conflict move --port)",
-    )
+    add_no_pin_option(p)
     p.add_argument("--json", action="store_true", help="print the final report as JSON on stdout")
     add_secrets_option(p)
     add_run_options(p)
@@ -71,12 +66,13 @@ def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.commands.common import allowance
     from specdoctor.agent.console import ConsoleSink
     from specdoctor.agent.render import Out
-    from specdoctor.agent.session import Session, launcher_for, settings_for
+    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
 
-    spec, choice, run_dir = Session.prepare(args)
+    spec, choice = Session.prepare(args)
     out = Out(sys.stderr if args.json else sys.stdout, show_secrets=args.show_secrets)
     allowed = allowance(args, choice.catalog)
     pinned = _pins(args, choice.catalog, allowed.flags)
+    run_dir = make_run_dir(args.run_dir)
     session = Session(
         spec=spec,
         choice=choice,

@@ -55,9 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdoctor.agent.commands.common import pins
-    from specdoctor.agent.session import Session, launcher_for, settings_for
+    from specdoctor.agent.session import Session, launcher_for, make_run_dir, settings_for
 
-    spec, choice, run_dir = Session.prepare(args)
+    spec, choice = Session.prepare(args)
     pinned = pins(args, choice.catalog)
     canon = choice.catalog.canonical
     if sys.stdin.isatty() and sys.stdout.isatty():
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         like = "specdoctor deploy" if args.keep else "specdoctor deploy --once"
         print(f"not a terminal: running unattended, like `{like}`", file=sys.stderr)
         approver, sinks, say = _unattended(args, choice.catalog)
+    run_dir = make_run_dir(args.run_dir)
     session = Session(
         spec=spec,
         choice=choice,

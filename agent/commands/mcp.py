@@ -10,6 +10,7 @@ from specdoctor.agent.commands.options import (
     _add_policy_options,
     _add_simulation_options,
     add_llm_options,
+    add_no_pin_option,
     positive,
 )
 
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="serve check, diagnose and flag help to a coding assistant (MCP over stdio)",
         description="A Model Context Protocol server on stdin/stdout: check_command, diagnose_log, flag_help and "
         "gpu_status for a coding assistant; with --allow-deploy also deploy, deploy_status and stop for runs this "
-        "server starts (unattended policy: tuning changes only, or what --allow names). Register it in the "
+        "server starts (unattended policy: tuning changes only, or what --allow names; --port and --host pinned unless --no-pin). Register it in the "
         "assistant's MCP config, e.g. `claude mcp add specdoctor -- specdoctor mcp`. Needs `specdoctor[mcp]`.",
         epilog="exit codes: 0 the client closed the session, 2 usage error (or the mcp package is missing)",
     )
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "~/.local/state/specdoctor/runs)",
     )
     _add_policy_options(p)
+    add_no_pin_option(p)
     _add_simulation_options(p)
     add_llm_options(p)
     p.set_defaults(run=run)

@@ -182,6 +182,18 @@ def _add_policy_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_PINS = ("--port", "--host")
+"""A load balancer, a Kubernetes Service or a probe points at them: unattended deploys never move them unasked."""
+
+
+def add_no_pin_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="lift the default pins on --port and --host (then `--allow port` lets a conflict move --port)",
+    )
+
+
 def _add_simulation_options(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("simulated node (no GPU needed)")
     s.add_argument(

@@ -136,7 +136,7 @@ def running_runs() -> list[Found]:
     found: list[Found] = []
     for folder in base.iterdir():
         server = detached_server(folder) if (folder / "report.json").is_file() else None
-        if server is not None and server.engine_id in live:
+        if server is not None and server.engine_ids() & live:
             found.append((folder, server))
     return sorted(found, key=lambda pair: (pair[0] / "report.json").stat().st_mtime, reverse=True)
 
