@@ -32,6 +32,7 @@ from specdoctor.playbooks.decision import Decision, Fix, Stop
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.engine_source.match import warm_in_background
 from specdoctor.tools.outcome import Outcome
 from specdoctor.tools.process import StopRequested
 
@@ -78,6 +79,7 @@ class Loop:
         return result
 
     def _begin(self) -> None:
+        warm_in_background()
         gpus = self.reviewer.gpus = self.launcher.gpus()
         self.bus.emit(
             RunStartEvent.for_spec(
