@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from specdoctor.playbooks.conflict_checks import check_engine_conflicts
 from specdoctor.playbooks.container_checks import check_container, check_published_port
 from specdoctor.playbooks.decision import Finding, Fix, Stop
 from specdoctor.playbooks.flag_checks import check_flags
@@ -162,7 +163,19 @@ def _check(
         found += check_parallel(view, model, gpus)
         found += _port(view, host)
         found += check_gpu_presence(view, gpus)
-    return found
+    return found + _unclaimed(check_engine_conflicts(spec, catalog), found, catalog)
+
+
+def _unclaimed(conflicts: list[Finding], found: list[Finding], catalog: FlagCatalog) -> list[Finding]:
+    """The engine's conflicts that no finding above already edits (their rule knows the remedy better)."""
+    edited = {catalog.canonical(f) for x in found for e in x.edits for f in _flags_of(e)}
+    return [
+        c for c in conflicts if not edited & {catalog.canonical(f) for e in c.edits for f in _flags_of(e)}
+    ]
+
+
+def _flags_of(edit: Edit) -> tuple[str, ...]:
+    return tuple(n for n in (getattr(edit, "flag", None), getattr(edit, "to", None)) if n)
 
 
 def _port(view: CommandView, host: HostFacts) -> list[Finding]:

@@ -11,6 +11,7 @@ or the bundled index); this rule only reads it. It works on failures no other ru
 
 from __future__ import annotations
 
+import ast
 import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
@@ -113,6 +114,12 @@ def _to_allowed_or_default(
         [SetFlag(flag=read.flag, values=(allowed,))] if allowed else [RemoveFlag(flag=read.flag)]
     )
     what = f"to {allowed}, a value the check accepts" if allowed else "back to SGLang's default"
+    if _every_part_must_hold(reading):
+        rest = _also_needed(reading, read)
+        if rest is None:
+            return None  # another part of the check would still fail, and no flag of the catalog mends it
+        edits += rest
+        what += "".join(f", and {e.describe()}" for e in rest) + " (the check needs every part of it to hold)"
     return fix(
         ctx,
         edits,
@@ -124,6 +131,45 @@ def _to_allowed_or_default(
         # One suspect the check trips on is a finding; several the user set are a ranking, not a proof.
         confidence=0.7 if read.trips and not several else 0.55 if not several else 0.45,
     )
+
+
+def _every_part_must_hold(reading: SiteReading) -> bool:
+    """The check passes only when each of its parts does: `assert a and b`, or `if a or b: raise`. Then
+    mending one part is not enough when another still trips."""
+    site = reading.site
+    try:
+        test = ast.parse(site.condition or "", mode="eval").body
+    except SyntaxError:
+        return False
+    joined = type(test.op) if isinstance(test, ast.BoolOp) else None
+    return (site.kind == "assert" and joined is ast.And) or (site.kind == "raise" and joined is ast.Or)
+
+
+def _also_needed(reading: SiteReading, mended: FieldRead) -> list[Edit] | None:
+    """The edits that make every other part of the check hold too (a switch it needs on, a flag it needs
+    unset), or None when one of them cannot be made from the command line."""
+    edits: list[Edit] = []
+    for read in reading.reads:
+        if read.guard or read.field == mended.field or read.trips is False:
+            continue
+        if read.trips is None or read.flag is None:
+            return None
+        edit = _untrip(read)
+        if edit is None:
+            return None
+        edits.append(edit)
+    return edits
+
+
+def _untrip(read: FieldRead) -> Edit | None:
+    """One edit that stops a field from meeting the check's failing comparisons."""
+    assert read.flag is not None
+    ops = {c.op for c in read.failing}
+    if ops == {"falsy"} and read.default in ("False", "false", None) and read.value is None:
+        return SetFlag(flag=read.flag)  # a switch the check needs on
+    if ops <= {"truthy", "is not None"} and read.set_by_user:
+        return RemoveFlag(flag=read.flag)
+    return None
 
 
 def _allowed_value(read: FieldRead, portable: tuple[str, ...]) -> str | None:

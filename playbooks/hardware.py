@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from specdoctor.playbooks.base import Context, StopRule, fix, playbook, stop, stop_rules
+from specdoctor.playbooks.base import Context, StopRule, fix, line_of, playbook, stop, stop_rules
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import RemoveFlag, SetFlag
 
 
@@ -82,6 +83,69 @@ def package_skew(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+_PRELOADING = {
+    "--enable-memory-saver": "SGLang starts its workers with torch_memory_saver's hook library preloaded "
+    "(LD_PRELOAD), and that library links the CUDA runtime it was built for",
+}
+"""Switches that make SGLang preload a native library into its worker processes."""
+
+
+@playbook(
+    id="sglang.hardware.shared-library",
+    category="driver-cuda",
+    pattern=r"(?m)^(?P<program>[^\s:]+): error while loading shared libraries: (?P<lib>[^\s:]+)",
+    priority=25,
+)
+def missing_shared_library(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A process of the launch could not even start: the dynamic loader did not find a library. A Python
+    interpreter links no CUDA library of its own, so an interpreter failing so had one preloaded into it: by
+    a switch of the command that preloads into SGLang's workers (take it back), or by the environment."""
+    assert m is not None
+    program, lib = m["program"], m["lib"]
+    interpreter = re.search(r"python[\d.]*$", program) is not None
+    chosen = [flag for flag in _PRELOADING if ctx.view.has(flag)]
+    if interpreter and len(chosen) == 1:
+        return fix(
+            ctx,
+            [RemoveFlag(flag=chosen[0])],
+            "driver-cuda",
+            f"a worker's Python could not start: {lib} is not installed, and {_PRELOADING[chosen[0]]}",
+            why=f"without {chosen[0]} nothing is preloaded into the workers; to keep it, install the CUDA "
+            f"runtime that provides {lib} (or a build of the package for this machine's CUDA)",
+            evidence=(line_of(m),),
+            confidence=0.6,
+        )
+    preloaded = (
+        " (the environment preloads a library: LD_PRELOAD)" if "LD_PRELOAD" in ctx.spec.env_dict() else ""
+    )
+    return stop(
+        ctx,
+        "driver-cuda",
+        f"{program.rsplit('/', 1)[-1]} could not start: the library {lib} is not installed{preloaded}",
+        f"Install what provides {lib} (a CUDA runtime library: the CUDA toolkit or the nvidia-*-cu* wheel of "
+        "that major version), or packages built for the CUDA this machine has; no launch flag provides a "
+        "library.",
+        evidence=(line_of(m),),
+    )
+
+
+_CODE_PLACE = re.compile(r"[\w./-]+\.py\b(?:\"?,? line \d+|:\d+)?(?:,? +in \w+)?")
+"""A source location as a traceback or a pretty-printed trace writes it: `model_runner.py", line 631, in
+init_cuda_graphs`, `sglang/srt/layers/x.py:568  in mm`."""
+
+
+def code_locations(ctx: Context) -> list[str]:
+    """Every place in Python code the log shows the failure passing through, in order: traceback frames and
+    the file mentions of traces printed in other shapes (rich, loguru, a pasted excerpt)."""
+    places = [f"{f.path} in {f.function}" for f in ctx.root.frames]
+    places += [m.group(0) for m in _CODE_PLACE.finditer(ctx.log_text or ctx.root_text)]
+    return list(dict.fromkeys(places))
+
+
+_ATTENTION_CODE = re.compile(r"layers/attention/|attention|attn|_fwd_kernel", re.I)
+"""Where an attention kernel runs: SGLang's attention backends and their Triton ops."""
+
+
 @playbook(
     id="sglang.hardware.triton-smem",
     category="attention-backend",
@@ -89,13 +153,28 @@ def package_skew(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     priority=30,
 )
 def triton_shared_memory(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A Triton kernel tuned for datacenter GPUs needs more shared memory than this GPU has."""
-    if ctx.view.get("--attention-backend") == "flashinfer":
+    """A Triton kernel's tiles need more shared memory than this GPU has. The attention backend swaps the
+    kernels only when the kernel is attention's; elsewhere (a MoE or matmul kernel on a feature's path) the
+    setting on the failing path is taken back, and with none the kernel has no config for this GPU: stop."""
+    failure = "a Triton kernel needs more shared memory than this GPU has"
+    code = code_locations(ctx)
+    if code and not any(_ATTENTION_CODE.search(place) for place in code):
+        # Not attention's kernel: the attention backend is no suspect, whatever its value (`triton` also
+        # names the compiler that raised).
+        return revert_prime_suspect(ctx, failure, ignore=frozenset({"--attention-backend"})) or stop(
+            ctx,
+            "engine-bug",
+            f"{failure}, in code no setting of the command chose ({', '.join(code[-3:])})",
+            "SGLang has no kernel config for this GPU's shared memory: upgrade SGLang, or report it with the "
+            "GPU model and the traceback; no launch flag changes the kernel's tile sizes.",
+        )
+    backend = ctx.view.get("--attention-backend")
+    if backend == "flashinfer":
         return fix(
             ctx,
             [SetFlag(flag="--chunked-prefill-size", values=("2048",))],
             "attention-backend",
-            "a Triton kernel needs more shared memory than the GPU has",
+            failure,
             why="smaller prefill chunks use smaller kernels",
             confidence=0.5,
         )
@@ -103,9 +182,10 @@ def triton_shared_memory(ctx: Context, m: re.Match[str] | None) -> Decision | No
         ctx,
         [SetFlag(flag="--attention-backend", values=("flashinfer",))],
         "attention-backend",
-        "a Triton kernel needs more shared memory than this GPU has",
+        f"{failure}, in attention" + (" (the command chose the Triton backend)" if backend else ""),
         why="flashinfer's kernels fit consumer GPUs",
-        confidence=0.7,
+        # Chosen by the command, it is the setting to take back; chosen by SGLang, it may have had a reason.
+        confidence=0.7 if backend else 0.5,
     )
 
 

@@ -239,23 +239,7 @@ def _draft_model(
 ) -> list[Finding]:
     path = view.get("--speculative-draft-model-path")
     if path is None:
-        # Only a known target can be judged: MTP models (DeepSeek-V3, GLM-4.5, ...) bring their own draft.
-        if (
-            algorithm == "NEXTN"
-            or model is None
-            or not model.has_config
-            or model.architecture in view.facts.speculative.mtp_targets
-        ):
-            return []
-        return [
-            _f(
-                "spec-no-draft",
-                "error",
-                f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: SGLang does not reject it, "
-                "it loads the target checkpoint as the draft",
-                category="spec-draft-mismatch",
-            )
-        ]
+        return _no_draft(view, algorithm, model)
     if draft is not None and draft.local and not draft.exists:
         return [
             _f("draft-missing", "error", f"draft model folder {path} does not exist", category="model-path")
@@ -292,6 +276,35 @@ def _draft_model(
             )
         ]
     return []
+
+
+def _no_draft(view: CommandView, algorithm: str, model: ModelFacts | None) -> list[Finding]:
+    """EAGLE without a draft path is right for a target that carries MTP layers (SGLang uses the target's
+    own); any other target gets loaded as its own draft. EAGLE-3 heads are always separate checkpoints, so
+    EAGLE3 without one is suspect even when the target's config cannot be read."""
+    known = model is not None and model.has_config
+    if algorithm == "NEXTN" or (known and model.architecture in view.facts.speculative.mtp_targets):
+        return []
+    if not known and algorithm != "EAGLE3":
+        return []
+    edits: tuple[Edit, ...] = (
+        SetFlag(flag="--speculative-algorithm", values=("NGRAM",)),
+        *(RemoveFlag(flag=f) for f in ("--speculative-eagle-topk", "--speculative-num-steps") if view.has(f)),
+    )
+    unless = "" if known else " (unless the target's checkpoint carries its own draft layers)"
+    return [
+        _f(
+            "spec-no-draft",
+            "error" if known else "warning",
+            f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: SGLang does not reject it, "
+            f"it loads the target checkpoint as the draft{unless}",
+            edits,
+            "NGRAM drafts from the request's own text and needs no draft model; to keep "
+            f"{algorithm}, give --speculative-draft-model-path a head trained for this target instead",
+            category="spec-draft-mismatch",
+            confidence=0.6 if known else 0.45,
+        )
+    ]
 
 
 def _unsupported_combinations(view: CommandView, algorithm: str) -> list[Finding]:

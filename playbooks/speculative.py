@@ -259,6 +259,15 @@ def validation(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     return None
 
 
+@playbook(id="sglang.spec.no-draft", category="spec-draft-mismatch", when=("exited", "hung"), priority=70)
+def no_draft(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The launch failed before ready running EAGLE-family speculation with no draft model: SGLang loaded
+    the target as its own draft, which only an MTP checkpoint can be."""
+    if ctx.outcome.ready_seen:
+        return None
+    return _first_fix(ctx, "spec-no-draft")
+
+
 @playbook(id="sglang.spec.overlap-worker", category="spec-config", priority=60)
 def overlap_worker(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """A crash inside the overlap (spec v2) draft worker: the synchronous path is the tested fallback."""

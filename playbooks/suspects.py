@@ -66,7 +66,13 @@ _NOT_SUSPECTS = frozenset(
 )
 _PARALLEL = re.compile(r"^--(?:tp|pp|dp|ep|attn-dp|moe-dense-tp)-size$")
 _TRUTHY = {"1": "0", "true": "false", "True": "False", "TRUE": "FALSE", "yes": "no", "on": "off"}
-_WEIGHTS = {"value in error": 4, "value in stack": 3, "name in error": 2, "name in stack": 1}
+_WEIGHTS = {
+    "value in error": 4,
+    "value in stack": 3,
+    "name in error": 2,
+    "help in stack": 2,
+    "name in stack": 1,
+}
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
 through nearly every model's forward)."""
@@ -103,30 +109,39 @@ def named_in(name: str, text: str, every: bool = False) -> tuple[str, ...]:
     """The words of `name` the text shows, when they are most of its words (`every`: all of them) and one
     is long enough to be distinctive (≥5 letters, or the whole of a one-word name); else ()."""
     words = words_of(name)
-    squeezed, lowered = squeeze(text), text.lower()
-    # A short word must begin a word of the text: `fp8` in `Fp8MoEMethod`, not `mla` in `formlayer`.
-    hits = tuple(
-        w for w in words if w in squeezed and (len(w) >= 5 or re.search(rf"(?<![a-z0-9]){w}", lowered))
-    )
+    squeezed = squeeze(text)
+    hits = tuple(w for w in words if w in squeezed and _shown_as_word(w, text))
     enough = (len(hits) == len(words) if every else len(hits) * 2 >= len(words)) and any(
         len(w) >= 5 or len(words) == 1 for w in hits
     )
     return hits if words and enough else ()
 
 
+def _shown_as_word(word: str, text: str) -> bool:
+    """`word` ends a word of the text (`context` in `context_length` or `ContextLength`, not in
+    `contextlib`), and a short one also begins it (`fp8` in `Fp8MoEMethod`, not `mla` in `formlayer`); a
+    name written run together (`flashinfer` in `FlashInferBackend`) counts as one word."""
+    start = r"(?<![A-Za-z0-9])" if len(word) < 5 else ""
+    letters = "[^A-Za-z0-9]*".join(re.escape(c) for c in word)
+    return re.search(rf"(?i:{start}{letters})(?![a-z])", text) is not None
+
+
 def failing_path(ctx: Context) -> tuple[str, str]:
     """(the error's own words, the code it failed in): message and chained errors; frames' files and
     functions plus the traceback block."""
     root = ctx.root
-    error = "\n".join(p for p in (root.error_line or "", root.message, *root.chain) if p)
+    # A traceback cut before its exception has no error of its own: its "error line" is its last frame.
+    said = "" if root.kind == "traceback-cut" else root.error_line or ""
+    error = "\n".join(p for p in (said, root.message, *root.chain) if p)
     stack = "\n".join([*(f"{f.path} {f.function}" for f in root.frames), *root.block])
     return error, stack
 
 
-def suspects(ctx: Context) -> list[Suspect]:
-    """Every chosen setting the failure names."""
+def suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect]:
+    """Every chosen setting the failure names (but those in `ignore`: a rule that has ruled them out)."""
     error, stack = failing_path(ctx)
-    return [s for s in (*_flag_suspects(ctx, error, stack), *_env_suspects(ctx, error, stack)) if s]
+    found = (*_flag_suspects(ctx, error, stack), *_env_suspects(ctx, error, stack))
+    return [s for s in found if s and s.setting not in ignore]
 
 
 def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | None]:
@@ -151,7 +166,77 @@ def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | N
                 None,
             )
             continue
-        yield _strongest(flag, [value] if value and not _numeric(value) else [], names, error, stack, edits)
+        yield _strongest(
+            flag, [value] if value and not _numeric(value) else [], names, error, stack, edits
+        ) or (_described(flag, info, ctx, edits) if not option.values or value.lower() in _TRUTHY else None)
+
+
+_PLAIN = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "for",
+        "with",
+        "and",
+        "or",
+        "in",
+        "on",
+        "is",
+        "be",
+        "by",
+        "this",
+        "that",
+        "when",
+        "if",
+        "it",
+        "as",
+        "at",
+        "from",
+        "use",
+        "used",
+        "will",
+        "not",
+        "only",
+        "default",
+        "which",
+        "are",
+        "can",
+        "its",
+        "than",
+        "set",
+        "into",
+        "per",
+        "all",
+        "each",
+    ]
+)
+
+
+def _described(flag: str, info: FlagInfo | None, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
+    """A switch whose own --help names the code that failed: `--enable-deterministic-inference` "with batch
+    invariant ops", and the traceback runs through `batch_invariant_ops.py`. Three distinctive words in a
+    row, found in a frame's file or function, tie them; fewer tie half the engine to every flag, and help
+    that restates the flag's own name says no more than the name does."""
+    if info is None:
+        return None
+    frames = " ".join(f"{f.path} {f.function}" for f in ctx.root.frames)
+    code = squeeze(f"{frames} {' '.join(_code_words(ctx))}")
+    words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", info.help or "")]
+    own = set(words_of(flag))
+    for i in range(len(words) - 2):
+        three = words[i : i + 3]
+        distinctive = all(len(w) >= 3 and w not in _PLAIN and w not in GENERIC for w in three)
+        if distinctive and not set(three) <= own and "".join(three) in code:
+            return _suspect(flag, "help in stack", tuple(three), edits)
+    return None
+
+
+def _code_words(ctx: Context) -> list[str]:
+    """Source files a trace printed in another shape names (`sglang/srt/x/y.py:305  in fn`)."""
+    return re.findall(r"[\w/.-]+\.py\b", ctx.log_text or ctx.root_text)
 
 
 def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | None]:
@@ -197,11 +282,11 @@ def _chosen(option: Option, info: FlagInfo | None) -> bool:
     return " ".join(option.values).lower() != default.lower()
 
 
-def prime_suspect(ctx: Context) -> Suspect | None:
+def prime_suspect(ctx: Context, ignore: frozenset[str] = frozenset()) -> Suspect | None:
     """The one setting the failure names most strongly, if one stands out and is strong enough. Between
     two named alike, a tuning setting (how the model runs) goes before one that changes what is loaded or
     served: taking it back keeps the deployment the user asked for."""
-    ranked = sorted(suspects(ctx), key=_rank)
+    ranked = sorted(suspects(ctx, ignore), key=_rank)
     if not ranked or ranked[0].weight < MIN_WEIGHT:
         return None
     if len(ranked) > 1 and _rank(ranked[1]) == _rank(ranked[0]):
@@ -220,9 +305,9 @@ def _class_rank(setting: str) -> int:
     return 0 if edit_class.edit_class == "tuning" else 1
 
 
-def revert_prime_suspect(ctx: Context, failure: str) -> Decision | None:
+def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = frozenset()) -> Decision | None:
     """Take back the setting the failure names (a fix), or None when no chosen setting stands out."""
-    found = prime_suspect(ctx)
+    found = prime_suspect(ctx, ignore)
     if found is None:
         return None
     undo = "; ".join(e.describe() for e in found.edits)

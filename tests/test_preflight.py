@@ -193,6 +193,17 @@ def test_eagle_without_draft_path_is_flagged_unless_builtin_mtp(models):
     )
 
 
+def test_eagle3_without_a_draft_is_suspect_even_when_the_target_cannot_be_read(tmp_path):
+    # An EAGLE-3 head is always its own checkpoint; an EAGLE target may carry MTP layers, so it is not judged.
+    unread = tmp_path / "no-such-model"
+    report = run(f"{ENTRY} --model-path {unread} --speculative-algorithm EAGLE3 --speculative-eagle-topk 1")
+    found = next(f for f in report.findings if f.code == "spec-no-draft")
+    assert found.severity == "warning" and "unless the target's checkpoint carries" in found.message
+    assert report.corrected.value("--speculative-algorithm") == "NGRAM"
+    assert not report.corrected.has("--speculative-eagle-topk")
+    assert "spec-no-draft" not in codes(run(f"{ENTRY} --model-path {unread} --speculative-algorithm EAGLE"))
+
+
 @pytest.mark.parametrize("architecture", facts_for("0.5.23").speculative.mtp_targets)
 def test_every_target_sglang_gives_an_mtp_draft_needs_no_draft_path(tmp_path, architecture):
     """One table of SGLang facts: preflight and the simulated node agree on which targets carry MTP."""

@@ -54,9 +54,11 @@ def _real_sglang(env, jobs: list[dict]) -> list[dict]:
 
 
 def _cases(env) -> dict[str, tuple[list[str], bool, str, str]]:
-    """name -> (broken args, resolve?, finding code expected, what real SGLang says about the broken one)."""
+    """name -> (broken args, how far real SGLang goes (False: parse; True: resolve; "check": resolve and
+    check_server_args, as a launch does), finding code expected, what real SGLang says about the broken one)."""
     m, d = env.tiny_llama, env.tiny_eagle3
     spec = ["--device", "cpu", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", d]
+    cpu = ["--model-path", m, "--device", "cpu", "--max-total-tokens", "4096"]
     return {
         "seed": (
             [
@@ -131,6 +133,31 @@ def _cases(env) -> dict[str, tuple[list[str], bool, str, str]]:
             "positional-model",
             "the following arguments are required: --model-path/--model",
         ),
+        # Conflicts SGLang's own argument checks declare (read from its source, judged before launch).
+        "conflict-hicache-radix": (
+            [*cpu, "--enable-hierarchical-cache", "--disable-radix-cache"],
+            "check",
+            "engine-conflict",
+            "enable-hierarchical-cache and disable-radix-cache are mutually exclusive",
+        ),
+        "conflict-tokenizer-batching": (
+            [*cpu, "--enable-tokenizer-batch-encode", "--enable-dynamic-batch-tokenizer"],
+            "check",
+            "engine-conflict",
+            "Cannot enable both --enable-tokenizer-batch-encode and --enable-dynamic-batch-tokenizer",
+        ),
+        "conflict-retraction-needs-priority": (
+            [*cpu, "--retraction-policy", "priority"],
+            "check",
+            "engine-conflict",
+            "--retraction-policy priority requires --enable-priority-scheduling",
+        ),
+        "conflict-compile-padding": (
+            [*cpu, "--enable-torch-compile", "--disable-cuda-graph-padding"],
+            "check",
+            "engine-conflict",
+            "--disable-cuda-graph-padding is incompatible with --enable-torch-compile",
+        ),
     }
 
 
@@ -141,7 +168,11 @@ def verdicts(sglang_env):
     jobs = []
     for name, (args, resolve, _, _) in cases.items():
         corrected = checked[name]["argv"][len(sglang_env.launch_server()) :]
-        jobs += [{"argv": args, "resolve": resolve}, {"argv": corrected, "resolve": resolve}]
+        check = resolve == "check"
+        jobs += [
+            {"argv": args, "resolve": bool(resolve), "check": check},
+            {"argv": corrected, "resolve": bool(resolve), "check": check},
+        ]
     results = _real_sglang(sglang_env, jobs)
     return {name: (checked[name], results[2 * i], results[2 * i + 1]) for i, name in enumerate(cases)}, cases
 
@@ -159,6 +190,10 @@ def verdicts(sglang_env):
         "spec-topk-without-steps",
         "spec-draft-tokens-without-steps",
         "positional-model",
+        "conflict-hicache-radix",
+        "conflict-tokenizer-batching",
+        "conflict-retraction-needs-priority",
+        "conflict-compile-padding",
     ],
 )
 def test_check_fixes_what_real_sglang_rejects(verdicts, name):

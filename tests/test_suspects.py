@@ -117,3 +117,62 @@ def test_a_power_of_two_with_two_candidates_is_not_guessed(tmp_path: Path) -> No
     assert CAT.get("--speculative-num-steps") is not None
     contract = _case(tmp_path, "nextn-flashinfer-mla-draft-tokens-3-not-power-of-two", str(command))
     assert all(e.get("flag") != "--speculative-num-draft-tokens" for e in _edits(contract)), contract
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "shown"),
+    [
+        (
+            "--context-length",
+            'File "/usr/lib/python3.10/site-packages/torch/utils/_contextlib.py", line 116',
+            False,
+        ),
+        ("--context-length", "ValueError: context_length 32768 exceeds the model's limit", True),
+        ("--attention-backend flashinfer", "class FlashInferAttnBackend(AttentionBackend):", True),
+        ("--moe-runner-backend flashinfer_cutlass", "FlashInferCutlassMoEMethod", True),
+        ("--enable-mla", "formlayer.py", False),
+    ],
+)
+def test_a_setting_is_named_only_by_whole_words(name: str, text: str, shown: bool) -> None:
+    from specdoctor.playbooks.suspects import named_in
+
+    assert bool(named_in(name.split()[-1] if " " in name else name, text)) is shown
+
+
+def _suspects_for(command: str, log: list[str]) -> dict[str, str]:
+    """Each suspect setting and how the failure names it."""
+    spec = LaunchCommand.parse(command)
+    ctx = context_for(spec, CAT, log, outcome=outcome_from_log(log, "startup-crash"))
+    return {s.setting: s.how for s in suspects(ctx)}
+
+
+def test_a_traceback_cut_before_its_error_names_no_setting_by_its_last_frame() -> None:
+    # An excerpt that stops at a frame: that frame is not the error's words (no `--context-length`
+    # suspect from `_contextlib.py`, which an error line would have made a strong one).
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 384, in run_once',
+        "    logits_output = forward(input_ids, forward_batch.positions, forward_batch)",
+        '  File "/usr/local/lib/python3.10/dist-packages/torch/utils/_contextlib.py", line 116, in decorate_context',
+        "[...]",
+    ]
+    found = _suspects_for("python -m sglang.launch_server --model-path M --context-length 32768", log)
+    assert found == {"--context-length": "name in stack"}  # `decorate_context`: too weak to act on
+
+
+def test_a_switch_whose_help_names_the_failing_module_is_a_suspect() -> None:
+    # `--enable-deterministic-inference`: "Enable deterministic inference mode with batch invariant ops."
+    log = [
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 106496, Hardware limit: 101376",
+        "sglang/srt/batch_invariant_ops/batch_invariant_ops.py:305  in matmul_persistent",
+    ]
+    command = "python -m sglang.launch_server --model-path M --enable-deterministic-inference --dtype float16"
+    spec = LaunchCommand.parse(command)
+    ctx = context_for(spec, CAT, log, outcome=outcome_from_log(log, "startup-crash"))
+    found = prime_suspect(ctx)
+    assert found is not None and found.setting == "--enable-deterministic-inference"
+    assert found.how == "help in stack" and found.words == ("batch", "invariant", "ops")
+    # Help that only restates a flag's own name adds nothing to its name.
+    log = ["RuntimeError: boom", "sglang/srt/speculative/multi_layer_eagle_worker_v2.py:12  in verify"]
+    command = "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --enable-multi-layer-eagle"
+    assert _suspects_for(command, log).get("--enable-multi-layer-eagle") != "help in stack"

@@ -1,6 +1,7 @@
 """Run real SGLang's own argument parsing (and optionally its whole validation) on many commands at once.
 
-Executed by the SGLang venv's python: reads a JSON list of {"argv": [...], "resolve": bool} on stdin and
+Executed by the SGLang venv's python: reads a JSON list of {"argv": [...], "resolve": bool, "check": bool}
+(`check`: also run `check_server_args`, as a launch does right after resolving) on stdin and
 prints one JSON list of results. SGLang is imported once; each command runs in a forked child so one
 command's side effects cannot leak into the next.
 
@@ -16,15 +17,17 @@ import sys
 import traceback
 
 
-def _one(argv, resolve):
+def _one(argv, resolve, check):
     from sglang.srt.server_args import prepare_server_args
 
     err = io.StringIO()
     sys.stderr = err
     try:
         args = prepare_server_args(argv)
-        if resolve:
+        if resolve or check:
             args.resolve_once()
+        if check:
+            args.check_server_args()
     except SystemExit as exc:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         return {"rc": exc.code if isinstance(exc.code, int) else 1, "error": lines[-1] if lines else ""}
@@ -46,7 +49,7 @@ def main():
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            result = _one(job["argv"], job.get("resolve", False))
+            result = _one(job["argv"], job.get("resolve", False), job.get("check", False))
             os.write(write, json.dumps(result).encode())
             os._exit(0)
         os.close(write)
