@@ -133,15 +133,18 @@ def context_for(
         draft=draft if draft and draft.has_config else None,
         tried=tried,
         findings=report.findings,
-        engine_check=find_engine_check(spec, catalog, [*root.block, *lines])
+        engine_check=find_engine_check(spec, catalog, [*root.block, *lines], root)
         if engine_check == "find"
         else engine_check,
     )
 
 
-def find_engine_check(spec: LaunchCommand, catalog: FlagCatalog, lines: list[str]) -> Located | None:
+def find_engine_check(
+    spec: LaunchCommand, catalog: FlagCatalog, lines: list[str], root: RootCause | None = None
+) -> Located | None:
     """The engine check behind the failure: read from the SGLang the command runs when it is installed
-    here (as text, never imported), else from the traceback's own lines or the bundled index."""
+    here (as text, never imported), else from the traceback's own lines or the bundled index. `root` is
+    the failure as already read (its whole message, where the lines may repeat its first line)."""
     from specdoctor.tools.catalog_load import installed_engine_folder
     from specdoctor.tools.engine_source.locate import locate
 
@@ -151,7 +154,9 @@ def find_engine_check(spec: LaunchCommand, catalog: FlagCatalog, lines: list[str
     # People paste logs inside Markdown fences and quote error lines in backticks.
     clean = [line.replace("```", "").strip("`'\" ") for line in lines]
     try:
-        return locate(clean, version=version, installed=folder) or _message_in_tail(clean, version)
+        return locate(clean, version=version, installed=folder, cause=root) or _message_in_tail(
+            clean, version
+        )
     except (OSError, ValueError):
         return None
 

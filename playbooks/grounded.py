@@ -22,8 +22,10 @@ from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
 from specdoctor.tools.engine_source.remedies import remedies
 from specdoctor.tools.engine_source.suspects import FieldRead, SiteReading, read_site
+from specdoctor.tools.help_parser import FlagInfo
 
 _CHECKS = ("raise", "assert", "error")
+_NO_SWITCH = FlagInfo(name="", nargs=1)
 
 
 @playbook(id="sglang.source.check", category="other", when=("exited", "hung", "unhealthy"), priority=65)
@@ -43,7 +45,39 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
     if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
         return _engine_bug(ctx, reading)
-    return None
+    return _switch_off_the_path(ctx, reading)
+
+
+def _switch_off_the_path(ctx: Context, reading: SiteReading) -> Decision | None:
+    """The check runs only while an optional switch of SGLang's is at its default (`not
+    self.disable_radix_cache`), and the setting it objects to is one the user chose (speculative
+    decoding): turning that tuning switch takes the launch off the check's path and keeps the choice."""
+    policy = edit_policy()
+    chosen = [r for r in reading.suspects if r.guard]
+    switches = [
+        r
+        for r in reading.reads
+        if r.guard
+        and not r.set_by_user
+        and r.flag
+        and r.default in ("False", "false")
+        and {c.op for c in r.failing} == {"falsy"}
+        and policy.flag(r.flag).edit_class == "tuning"
+    ]
+    if not chosen or len(switches) != 1 or (ctx.catalog.get(switches[0].flag or "") or _NO_SWITCH).nargs != 0:
+        return None
+    switch = switches[0]
+    assert switch.flag is not None
+    kept = ", ".join(f"{r.flag} {r.value}" for r in chosen)
+    return fix(
+        ctx,
+        [SetFlag(flag=switch.flag)],
+        _category(reading),
+        f"SGLang's check at {_where(reading)} applies only while {switch.flag} is off, and rejects {kept}",
+        why=f"with {switch.flag} the launch never reaches the check, and {kept} stays as chosen",
+        evidence=_evidence(ctx, reading),
+        confidence=0.6,
+    )
 
 
 def _in_a_chosen_feature(ctx: Context, reading: SiteReading) -> bool:

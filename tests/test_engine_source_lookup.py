@@ -256,3 +256,18 @@ def test_the_same_message_raised_in_several_places_is_reported_as_alternatives()
 )
 def test_versions_as_people_write_them(written: str | None, release: str | None) -> None:
     assert bundled_index().release(written) == release
+
+
+def test_a_message_joined_across_an_f_string_seam_or_a_wrapped_line_still_matches() -> None:
+    # SGLang's template reads "...no_buffer.To use radix cache..." (two f-strings, no space between);
+    # the log wraps the line after "no_buffer." and a person pastes it with a space.
+    from specdoctor.tools.engine_source.match import match_message
+
+    said = (
+        "ValueError: Speculative decoding for Qwen3_5MoeForConditionalGeneration is not compatible\n"
+        "with radix cache when using --mamba-scheduler-strategy no_buffer. To use radix cache with\n"
+        "speculative decoding, please use --mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1."
+    )
+    found = match_message(said)
+    assert found is not None and found.score == 1.0 and found.site.kind == "raise"
+    assert "no_buffer.To use" in found.site.template

@@ -668,8 +668,13 @@ FRESH3 = [
     ("deterministic-inference-fp16-sm89-persistent-matmul-smem", "sglang.hardware.triton-smem"),
     ("pipeline-parallel-with-speculative-decoding-rejected", "sglang.source.check"),
 ]
+# corpus-fresh (the first blind set) is development data: a real log per rule generalised from it.
+FRESH = [
+    ("qwen35-mtp-radix-no-buffer-rocm", "sglang.source.check"),
+]
 CASES = (
-    [("corpus-extra", c, p) for c, p in EXTRA]
+    [("corpus-fresh", c, p) for c, p in FRESH]
+    + [("corpus-extra", c, p) for c, p in EXTRA]
     + [("corpus-blind", c, p) for c, p in BLIND]
     + [("corpus-fresh-2", c, p) for c, p in FRESH2]
     + [("corpus-fresh-3", c, p) for c, p in FRESH3]

@@ -10,6 +10,7 @@ from specdoctor.tools.engine_source.frames import parse_frames, raising_frame
 from specdoctor.tools.engine_source.index import SourceIndex, bundled_index
 from specdoctor.tools.engine_source.lookup import Located, site_for_frame
 from specdoctor.tools.engine_source.match import match_message
+from specdoctor.tools.log_cause import RootCause
 
 
 def locate(
@@ -18,6 +19,7 @@ def locate(
     version: str | None = None,
     installed: Path | None = None,
     index: SourceIndex | None = None,
+    cause: RootCause | None = None,
 ) -> Located | None:
     """The check behind a log's failure, or the statement its innermost engine frame points at, or None."""
     from specdoctor.tools.log_cause import extract_root_cause
@@ -27,7 +29,8 @@ def locate(
     found = site_for_frame(frame, version=version, installed=installed, index=index) if frame else None
     if found is not None and found.site.kind != "statement":
         return found
-    cause = extract_root_cause(lines)
+    if cause is None or cause.kind == "none":
+        cause = extract_root_cause(lines)
     text = f"{cause.exception_type}: {cause.message}" if cause.exception_type else (cause.error_line or "")
     matched = match_message(text, version=version, index=index) if text else None
     if matched is None:

@@ -28,6 +28,7 @@ _VALUE_MAX = 120
 _VALUE_WORDS = 12
 _QUOTES = re.compile(r"[\"'`‘’“”]")
 _SPACE = re.compile(r"\s+")
+_AFTER_STOP = re.compile(r"([.,;:!?]) ")
 _EXCEPTION = re.compile(
     r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning))\s*:\s*"
 )
@@ -48,7 +49,9 @@ class MessageMatch(BaseModel):
 
 
 def normalize(text: str) -> str:
-    return _SPACE.sub(" ", _QUOTES.sub("", text)).strip().lower()
+    # Spaces after punctuation do not count: messages built from f-strings often lose or gain one at a
+    # seam ("no_buffer." "To use" → `no_buffer.To use`), and logs wrap lines there.
+    return _AFTER_STOP.sub(r"\1", _SPACE.sub(" ", _QUOTES.sub("", text))).strip().lower()
 
 
 def split_message(text: str) -> tuple[str | None, str]:
