@@ -92,14 +92,7 @@ def architecture(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """An architecture the installed SGLang (or its transformers) cannot load."""
     text = ctx.search_text
     if "does not recognize this architecture" in text and not ctx.view.has("--trust-remote-code"):
-        return fix(
-            ctx,
-            [SetFlag(flag="--trust-remote-code")],
-            "trust-remote-code",
-            "transformers does not know this architecture; the repo may ship its own code",
-            why="with --trust-remote-code transformers loads the architecture from the repository",
-            confidence=0.5,
-        )
+        return _unknown_to_transformers(ctx)
     import_failed = re.search(r"Ignore import error when loading (\S+)", text)
     if import_failed:
         return stop(
@@ -115,6 +108,33 @@ def architecture(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "the installed SGLang has no implementation of this model's architecture",
         "Upgrade SGLang to a release that supports it (or try --model-impl transformers, which runs it through "
         "the Transformers implementation where SGLang has that fallback).",
+    )
+
+
+def _unknown_to_transformers(ctx: Context) -> Decision | None:
+    """transformers says it does not know the model type: the repository ships its own code (config.json's
+    `auto_map`: --trust-remote-code loads it), or transformers is older than the model."""
+    model = ctx.model
+    if model is not None and model.has_config and not model.auto_map:
+        return stop(
+            ctx,
+            "other",
+            "transformers does not know this model type, and the checkpoint ships no code of its own (no "
+            "auto_map in its config.json): the installed transformers is older than the model",
+            "Upgrade transformers (and SGLang, whose pins may hold it back) to a release that has this model "
+            "type; no launch flag adds a model type to transformers.",
+        )
+    shipped = model is not None and model.auto_map
+    return fix(
+        ctx,
+        [SetFlag(flag="--trust-remote-code")],
+        "trust-remote-code",
+        "transformers does not know this architecture; the repo "
+        + ("ships its own code (auto_map in config.json)" if shipped else "may ship its own code"),
+        why="with --trust-remote-code transformers loads the architecture from the repository"
+        + ("" if shipped else "; if it ships none, transformers is older than the model: upgrade it"),
+        # Unread, the checkpoint may as well be a model type newer than this transformers.
+        confidence=0.7 if shipped else 0.45,
     )
 
 

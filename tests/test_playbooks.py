@@ -762,3 +762,24 @@ def test_an_engine_bug_stop_carries_a_bug_report_with_secrets_masked():
     assert "**Raised at**: srt/model_executor/cuda_graph_runner.py:147" in report
     assert "--api-key '***'" in report and "sk-abcdefghijklmnopqrstuvwx" not in report
     assert "**SGLang**: not known from the log" in report and "Capture cuda graph begin" in report
+
+
+@pytest.mark.parametrize(("auto_map", "action"), [(True, Fix), (False, Stop)])
+def test_a_model_type_transformers_lacks_is_read_from_the_checkpoint(tmp_path, auto_map, action):
+    # transformers' own words: "...does not recognize this architecture. This could be because of an issue
+    # with the checkpoint, or because your version of Transformers is out of date." config.json decides.
+    from specdoctor.tools.system import model_facts
+
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3"}
+    if auto_map:
+        config["auto_map"] = {"AutoConfig": "configuration_x.XConfig"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = LaunchCommand.parse(f"{PY} --model-path {tmp_path}")
+    lines = real_log("signature-logs/row-53.txt")
+    ctx = context_for(spec, CAT, lines, model=model_facts(str(tmp_path)), outcome=outcome_from_log(lines))
+    decision = decide(ctx)
+    assert isinstance(decision, action) and decision.playbook == "sglang.model.architecture", decision
+    if auto_map:
+        assert decision.confidence == 0.7 and "auto_map" in decision.summary
+    else:
+        assert "older than the model" in decision.summary
