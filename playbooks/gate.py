@@ -272,9 +272,16 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None if value in known or value in written else f"{value!r} is not an algorithm SGLang has"
     if flag.value_type in _NUMERIC or (flag.value_type is None and _NUMBER.match(value)):
         return _number_problem(flag, value)
-    if value in written:
-        return None  # the user's own value, moved or kept
+    if value in written or _respelled(value, written):
+        return None  # the user's own value, moved, kept or respelled
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
+
+
+def _respelled(value: str, written: set[str]) -> bool:
+    """The value is one of the command's own, with only its separators changed (`gpt-oss:120b` →
+    `gpt-oss-120b`): nothing in it came from anywhere but the user."""
+    words = re.split(r"[-_.:/]", value)
+    return any(re.split(r"[-_.:/]", w) == words for w in written)
 
 
 def _borrowed_choices(flag: FlagInfo, catalog: FlagCatalog) -> tuple[str, ...]:

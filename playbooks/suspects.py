@@ -12,47 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from specdoctor.playbooks.base import Context, fix
+from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.naming import named_in
 from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.help_parser import FlagInfo
 
-# Words too common in logs or flag names to tie an error to one setting.
-GENERIC = frozenset(
-    [
-        "enable",
-        "disable",
-        "use",
-        "spec",
-        "speculative",
-        "cuda",
-        "graph",
-        "cache",
-        "mode",
-        "size",
-        "backend",
-        "attention",
-        "model",
-        "decode",
-        "prefill",
-        "server",
-        "support",
-        "path",
-        "max",
-        "min",
-        "num",
-        "custom",
-        "kernel",
-        "sglang",
-        "sgl",
-        "true",
-        "false",
-        "none",
-        "auto",
-        "config",
-        "type",
-    ]
-)
 # Flags that define what is served rather than how; a crash never makes them the smallest change.
 _NOT_SUSPECTS = frozenset(
     {
@@ -71,6 +37,7 @@ _WEIGHTS = {
     "value in stack": 3,
     "name in error": 2,
     "help in stack": 2,
+    "area in stack": 2,
     "name in stack": 1,
 }
 MIN_WEIGHT = 2
@@ -91,39 +58,6 @@ class Suspect:
     @property
     def weight(self) -> int:
         return _WEIGHTS[self.how]
-
-
-def squeeze(text: str) -> str:
-    """Lower case without separators, so `expert_distribution`, `ExpertDistribution` and
-    `expert-distribution` read alike."""
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def words_of(name: str) -> list[str]:
-    """The distinctive words of a flag, value or variable name."""
-    parts = re.split(r"[-_.:/=\s]+", name.lower().lstrip("-"))
-    return [w for w in parts if len(w) >= 3 and w not in GENERIC and not w.isdigit()]
-
-
-def named_in(name: str, text: str, every: bool = False) -> tuple[str, ...]:
-    """The words of `name` the text shows, when they are most of its words (`every`: all of them) and one
-    is long enough to be distinctive (≥5 letters, or the whole of a one-word name); else ()."""
-    words = words_of(name)
-    squeezed = squeeze(text)
-    hits = tuple(w for w in words if w in squeezed and _shown_as_word(w, text))
-    enough = (len(hits) == len(words) if every else len(hits) * 2 >= len(words)) and any(
-        len(w) >= 5 or len(words) == 1 for w in hits
-    )
-    return hits if words and enough else ()
-
-
-def _shown_as_word(word: str, text: str) -> bool:
-    """`word` ends a word of the text (`context` in `context_length` or `ContextLength`, not in
-    `contextlib`), and a short one also begins it (`fp8` in `Fp8MoEMethod`, not `mla` in `formlayer`); a
-    name written run together (`flashinfer` in `FlashInferBackend`) counts as one word."""
-    start = r"(?<![A-Za-z0-9])" if len(word) < 5 else ""
-    letters = "[^A-Za-z0-9]*".join(re.escape(c) for c in word)
-    return re.search(rf"(?i:{start}{letters})(?![a-z])", text) is not None
 
 
 def failing_path(ctx: Context) -> tuple[str, str]:
@@ -166,77 +100,22 @@ def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | N
                 None,
             )
             continue
-        yield _strongest(
-            flag, [value] if value and not _numeric(value) else [], names, error, stack, edits
-        ) or (_described(flag, info, ctx, edits) if not option.values or value.lower() in _TRUTHY else None)
+        switch = not option.values or value.lower() in _TRUTHY
+        yield (
+            _strongest(flag, [value] if value and not _numeric(value) else [], names, error, stack, edits)
+            or _code_suspect(flag, info, ctx, edits, switch)
+        )
 
 
-_PLAIN = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "of",
-        "to",
-        "for",
-        "with",
-        "and",
-        "or",
-        "in",
-        "on",
-        "is",
-        "be",
-        "by",
-        "this",
-        "that",
-        "when",
-        "if",
-        "it",
-        "as",
-        "at",
-        "from",
-        "use",
-        "used",
-        "will",
-        "not",
-        "only",
-        "default",
-        "which",
-        "are",
-        "can",
-        "its",
-        "than",
-        "set",
-        "into",
-        "per",
-        "all",
-        "each",
-    ]
-)
-
-
-def _described(flag: str, info: FlagInfo | None, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
-    """A switch whose own --help names the code that failed: `--enable-deterministic-inference` "with batch
-    invariant ops", and the traceback runs through `batch_invariant_ops.py`. Three distinctive words in a
-    row, found in a frame's file or function, tie them; fewer tie half the engine to every flag, and help
-    that restates the flag's own name says no more than the name does."""
-    if info is None:
-        return None
-    frames = " ".join(f"{f.path} {f.function}" for f in ctx.root.frames)
-    code = squeeze(f"{frames} {' '.join(_code_words(ctx))}")
-    words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", info.help or "")]
-    own = set(words_of(flag))
-    for i in range(len(words) - 2):
-        three = words[i : i + 3]
-        distinctive = all(len(w) >= 3 and w not in _PLAIN and w not in GENERIC for w in three)
-        if distinctive and not set(three) <= own and "".join(three) in code:
-            return _suspect(flag, "help in stack", tuple(three), edits)
+def _code_suspect(
+    flag: str, info: FlagInfo | None, ctx: Context, edits: tuple[Edit, ...], switch: bool
+) -> Suspect | None:
+    """A chosen setting that governs the failing code without the error naming it (playbooks/code_paths)."""
+    if switch and (words := described_by_help(flag, info, ctx)):
+        return _suspect(flag, "help in stack", words, edits)
+    if area := area_of(flag, ctx):
+        return _suspect(flag, "area in stack", (area,), edits)
     return None
-
-
-def _code_words(ctx: Context) -> list[str]:
-    """Source files a trace printed in another shape names (`sglang/srt/x/y.py:305  in fn`)."""
-    return re.findall(r"[\w/.-]+\.py\b", ctx.log_text or ctx.root_text)
 
 
 def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | None]:
@@ -291,6 +170,8 @@ def prime_suspect(ctx: Context, ignore: frozenset[str] = frozenset()) -> Suspect
         return None
     if len(ranked) > 1 and _rank(ranked[1]) == _rank(ranked[0]):
         return None  # two settings named alike: not a confident guess
+    if ranked[0].how == "area in stack" and len(ranked) > 1:
+        return None  # the code only ran there; another chosen setting on the path may be why it did
     return ranked[0]
 
 
@@ -311,19 +192,30 @@ def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = fr
     if found is None:
         return None
     undo = "; ".join(e.describe() for e in found.edits)
-    where = "the error message" if found.how.endswith("error") else "the traceback's files and functions"
-    part = "value" if found.how.startswith("value") else "name"
+    said = ctx.root.error_line or ""
+    if ctx.root.kind == "traceback-cut":
+        said = f"the log stops inside the traceback ({said.strip()})"
     return fix(
         ctx,
         found.edits,
         category_of(found.setting),
-        f"{failure} on the path the command's {found.setting} takes it: {ctx.root.error_line or ''}".strip(),
+        f"{failure} on the path the command's {found.setting} takes it: {said}".strip(),
         why=(
-            f"{where} names {found.setting}'s {part} ({', '.join(found.words)}), a setting the command chose; "
+            f"{_HOW[found.how]} ({', '.join(found.words)}), for {found.setting}, a setting the command chose; "
             f"back at SGLang's default ({undo}) the launch takes the engine's default path"
         ),
         confidence=0.6 if found.weight >= 3 else 0.45,
     )
+
+
+_HOW = {
+    "value in error": "the error message names its value",
+    "value in stack": "the traceback's files and functions name its value",
+    "name in error": "the error message names it",
+    "name in stack": "the traceback's files and functions name it",
+    "help in stack": "its --help names the module the traceback runs through",
+    "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
+}
 
 
 _CATEGORIES = (

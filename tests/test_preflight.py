@@ -371,3 +371,15 @@ def test_a_flag_unknown_to_a_stand_in_catalog_is_a_warning_not_a_fix():
     assert report.corrected == command
     known = preflight(command, CAT, host=False)  # the SGLang that runs: then it is an error with a fix
     assert any(f.severity == "error" and f.edits for f in known.findings)
+
+
+def test_a_served_name_with_a_colon_is_respelled_before_launch():
+    # Real SGLang 0.5.23 refuses it (tests/data/sglang-outputs/served-model-name-colon.rc1.txt); older
+    # releases start and read `model: gpt-oss:120b` in every request as base model + LoRA adapter `120b`.
+    report = run(f"{ENTRY} --model-path m --served-model-name gpt-oss:120b", host=False)
+    found = next(f for f in report.findings if f.code == "served-name-colon")
+    assert found.severity == "error" and "LoRA adapter '120b'" in found.message
+    assert report.corrected.value("--served-model-name") == "gpt-oss-120b"
+    assert "served-name-colon" not in codes(
+        run(f"{ENTRY} --model-path m --served-model-name gpt-oss-120b", host=False)
+    )

@@ -134,7 +134,7 @@ def test_a_power_of_two_with_two_candidates_is_not_guessed(tmp_path: Path) -> No
     ],
 )
 def test_a_setting_is_named_only_by_whole_words(name: str, text: str, shown: bool) -> None:
-    from specdoctor.playbooks.suspects import named_in
+    from specdoctor.playbooks.naming import named_in
 
     assert bool(named_in(name.split()[-1] if " " in name else name, text)) is shown
 
@@ -176,3 +176,22 @@ def test_a_switch_whose_help_names_the_failing_module_is_a_suspect() -> None:
     log = ["RuntimeError: boom", "sglang/srt/speculative/multi_layer_eagle_worker_v2.py:12  in verify"]
     command = "python -m sglang.launch_server --model-path M --speculative-algorithm EAGLE --enable-multi-layer-eagle"
     assert _suspects_for(command, log).get("--enable-multi-layer-eagle") != "help in stack"
+
+
+def _contract(folder: str, name: str) -> dict:
+    return contract_for(Path(__file__).parent / "data" / folder / f"{name}.json")
+
+
+def test_a_crash_inside_the_code_a_chosen_backend_selects_takes_that_choice_back() -> None:
+    # The traceback stops in srt/layers/attention/ (a Triton compile), and the command chose
+    # --attention-backend aiter: no word names it, the source tree's layout does.
+    contract = _contract("corpus-fresh-4", "glm5-fp8-mi325x-forced-aiter-backend-mha-k-triton-compile-error")
+    assert _edits(contract) == [{"op": "remove", "flag": "--attention-backend"}]
+    assert contract["confidence"] < 0.5  # where the code ran is a lead, not a finding
+
+
+def test_an_area_is_no_guess_when_another_chosen_setting_is_on_the_path() -> None:
+    # fa3's metadata code failed, but it was called from the multi-layer EAGLE worker the command also
+    # switched on (a bug fixed in SGLang): neither is singled out.
+    contract = _contract("corpus-fresh-2", "multi-layer-eagle-dp-attention-idle-batch-max-empty")
+    assert contract["action"] == "stop", contract

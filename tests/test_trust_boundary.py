@@ -478,3 +478,24 @@ def test_a_multi_node_launch_never_gets_its_parallel_sizes_changed_unasked() -> 
         reviewer.next_command(command, fix, 1, [command])
     single = LaunchCommand.parse("python -m sglang.launch_server --model-path org/m --tp-size 16")
     assert reviewer.next_command(single, fix, 1, [single]).value("--tp-size") == "8"
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ("gpt-oss-120b", False),  # the user's own name, only its separators changed
+        ("gpt_oss_120b", False),
+        ("gpt-oss-120b-evil", True),  # a word the command never had: only a person writes it
+        ("attacker/model", True),
+    ],
+)
+def test_free_text_may_be_respelled_but_never_gets_new_words(value: str, refused: bool) -> None:
+    from specdoctor.playbooks.gate import invalid_edits
+    from specdoctor.tools.catalog_load import bundled
+    from specdoctor.tools.command import LaunchCommand, SetFlag
+
+    command = LaunchCommand.parse(
+        "python -m sglang.launch_server --model-path m --served-model-name gpt-oss:120b"
+    )
+    found = invalid_edits(command, [SetFlag(flag="--served-model-name", values=(value,))], bundled("0.5.23"))
+    assert bool(found) is refused, found

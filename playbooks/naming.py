@@ -1,0 +1,76 @@
+"""Whether a text names a setting: its distinctive words, written as whole words, in any spelling
+(`expert_distribution`, `ExpertDistribution`, `expert-distribution`)."""
+
+from __future__ import annotations
+
+import re
+
+# Words too common in logs or flag names to tie an error to one setting.
+GENERIC = frozenset(
+    [
+        "enable",
+        "disable",
+        "use",
+        "spec",
+        "speculative",
+        "cuda",
+        "graph",
+        "cache",
+        "mode",
+        "size",
+        "backend",
+        "attention",
+        "model",
+        "decode",
+        "prefill",
+        "server",
+        "support",
+        "path",
+        "max",
+        "min",
+        "num",
+        "custom",
+        "kernel",
+        "sglang",
+        "sgl",
+        "true",
+        "false",
+        "none",
+        "auto",
+        "config",
+        "type",
+    ]
+)
+
+
+def squeeze(text: str) -> str:
+    """Lower case without separators, so `expert_distribution`, `ExpertDistribution` and
+    `expert-distribution` read alike."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def words_of(name: str) -> list[str]:
+    """The distinctive words of a flag, value or variable name."""
+    parts = re.split(r"[-_.:/=\s]+", name.lower().lstrip("-"))
+    return [w for w in parts if len(w) >= 3 and w not in GENERIC and not w.isdigit()]
+
+
+def named_in(name: str, text: str, every: bool = False) -> tuple[str, ...]:
+    """The words of `name` the text shows, when they are most of its words (`every`: all of them) and one
+    is long enough to be distinctive (≥5 letters, or the whole of a one-word name); else ()."""
+    words = words_of(name)
+    squeezed = squeeze(text)
+    hits = tuple(w for w in words if w in squeezed and _shown_as_word(w, text))
+    enough = (len(hits) == len(words) if every else len(hits) * 2 >= len(words)) and any(
+        len(w) >= 5 or len(words) == 1 for w in hits
+    )
+    return hits if words and enough else ()
+
+
+def _shown_as_word(word: str, text: str) -> bool:
+    """`word` ends a word of the text (`context` in `context_length` or `ContextLength`, not in
+    `contextlib`), and a short one also begins it (`fp8` in `Fp8MoEMethod`, not `mla` in `formlayer`); a
+    name written run together (`flashinfer` in `FlashInferBackend`) counts as one word."""
+    start = r"(?<![A-Za-z0-9])" if len(word) < 5 else ""
+    letters = "[^A-Za-z0-9]*".join(re.escape(c) for c in word)
+    return re.search(rf"(?i:{start}{letters})(?![a-z])", text) is not None

@@ -1,0 +1,55 @@
+"""How clients reach the server: names and routes a launch gives it that requests then misread.
+
+SGLang reads a request's `model` as `base:adapter` (LoRA serving), so a `--served-model-name` with a colon
+sends every request that names the model to an adapter that does not exist (400, "The following requested
+LoRA adapters are not loaded: ..."): older releases start, yet no request that uses the name works; 0.5.23
+refuses it at launch ("served_model_name cannot contain a colon").
+"""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.command import SetFlag
+
+_ADAPTER_MISSING = r"requested LoRA adapters? (?:are|is) not loaded: (?P<adapter>[^\s'\"\\,]+)"
+
+
+def check_serving(view: CommandView) -> list[Finding]:
+    name = view.get("--served-model-name")
+    if not name or ":" not in name:
+        return []
+    plain = name.replace(":", "-")
+    return [
+        Finding(
+            code="served-name-colon",
+            severity="error",  # SGLang 0.5.2x refuses it at launch; older releases start and fail requests
+            category="other",
+            flag="--served-model-name",
+            message=f"--served-model-name {name}: SGLang reads `model: {name}` in a request as base model "
+            f"{name.split(':', 1)[0]!r} with LoRA adapter {name.split(':', 1)[1]!r}, so requests naming it fail",
+            edits=(SetFlag(flag="--served-model-name", values=(plain,)),),
+            why=f"without a colon ({plain}) the name is only a name",
+            confidence=0.8,
+        )
+    ]
+
+
+@playbook(
+    id="sglang.serving.served-name-colon",
+    category="other",
+    when=("exited", "unhealthy", "degraded"),
+    pattern=_ADAPTER_MISSING,
+    priority=30,
+)
+def served_name_read_as_adapter(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Requests ask for a LoRA adapter named like what follows the colon in --served-model-name."""
+    assert m is not None
+    name = ctx.view.get("--served-model-name") or ""
+    if ":" not in name or name.split(":", 1)[1] != m["adapter"]:
+        return None
+    found = check_serving(ctx.view)[0]
+    return fix(ctx, found.edits, "other", found.message, why=found.why, confidence=0.8)
