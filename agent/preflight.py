@@ -24,6 +24,7 @@ from specdoctor.playbooks.host_checks import (
     check_port,
     port_of,
 )
+from specdoctor.playbooks.repo_ids import check_repo_ids
 from specdoctor.playbooks.serving import check_serving
 from specdoctor.playbooks.spec_checks import check_speculative
 from specdoctor.playbooks.view import CommandView
@@ -158,9 +159,8 @@ def _check(
         return flags  # fix names first: the rules below read flags by their canonical names
     view = CommandView(spec, catalog)
     model, draft = facts(view, host) if host else (None, None)
-    found = (
-        flags + check_speculative(spec, catalog, model, draft) + check_container(view) + check_serving(view)
-    )
+    found = flags + check_speculative(spec, catalog, model, draft) + check_container(view)
+    found += check_serving(view) + check_repo_ids(view)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)

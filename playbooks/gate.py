@@ -278,10 +278,16 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
 
 
 def _respelled(value: str, written: set[str]) -> bool:
-    """The value is one of the command's own, with only its separators changed (`gpt-oss:120b` →
-    `gpt-oss-120b`): nothing in it came from anywhere but the user."""
+    """The value is one of the command's own, or a run of its words, with only separators changed
+    (`gpt-oss:120b` → `gpt-oss-120b`, `org/model:branch` → `org/model`): nothing in it came from anywhere
+    but the user."""
     words = re.split(r"[-_.:/]", value)
-    return any(re.split(r"[-_.:/]", w) == words for w in written)
+    return any(_run_of(words, re.split(r"[-_.:/]", w)) for w in written)
+
+
+def _run_of(part: list[str], whole: list[str]) -> bool:
+    n = len(part)
+    return any(whole[i : i + n] == part for i in range(len(whole) - n + 1))
 
 
 def _borrowed_choices(flag: FlagInfo, catalog: FlagCatalog) -> tuple[str, ...]:

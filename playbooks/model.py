@@ -8,6 +8,7 @@ import re
 from specdoctor.playbooks.base import Context, StopRule, fix, playbook, stop, stop_rules
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.playbooks.repo_ids import check_repo_ids
 from specdoctor.tools.command import SetEnv, SetFlag
 
 _DERIVED = re.compile(
@@ -18,12 +19,16 @@ _DERIVED = re.compile(
 @playbook(
     id="sglang.model.missing",
     category="model-path",
-    pattern=r"Repo id must be in the form|is not a local folder and is not a valid model identifier|Unrecognized model in|"
+    pattern=r"Repo id must (?:be in the form|use alphanumeric)|HFValidationError|is not a local folder and is not a valid model identifier|Unrecognized model in|"
     r"does not appear to have a file named config\.json|Incorrect path_or_model_id",
     priority=30,
 )
 def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The model (or draft) path is neither a folder with config.json nor a Hub repo."""
+    fixable = [f for f in check_repo_ids(ctx.view) if f.edits]
+    if fixable:
+        found = fixable[0]
+        return fix(ctx, found.edits, "model-path", found.message, why=found.why, confidence=found.confidence)
     return stop(
         ctx,
         "model-path",

@@ -383,3 +383,25 @@ def test_a_served_name_with_a_colon_is_respelled_before_launch():
     assert "served-name-colon" not in codes(
         run(f"{ENTRY} --model-path m --served-model-name gpt-oss-120b", host=False)
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("TheBloke/Mistral-7B-v0.1-GPTQ:gptq-4bit-32g-actorder_True", "repo-id-revision"),
+        ("org/model name", "repo-id-invalid"),
+        ("org/-model", "repo-id-invalid"),
+        ("org/model", None),
+        ("Qwen/Qwen3-0.6B", None),
+        ("/models/a:b", None),  # a folder's name may hold anything
+        ("$MODELS/tiny-llama", None),  # a shell variable the script expands
+        ("s3://bucket/model", None),
+    ],
+)
+def test_a_model_path_must_be_a_folder_or_a_hub_repo_id(path, code):
+    report = run(f"{ENTRY} --model-path '{path}'", host=False)
+    found = [f.code for f in report.findings if f.code.startswith("repo-id")]
+    assert found == ([code] if code else []), report.findings
+    if code == "repo-id-revision":
+        assert report.corrected.value("--model-path") == "TheBloke/Mistral-7B-v0.1-GPTQ"
+        assert report.corrected.value("--revision") == "gptq-4bit-32g-actorder_True"
