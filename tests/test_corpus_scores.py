@@ -31,8 +31,10 @@ FLOORS = {
     "corpus": (17, 0),
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
-    "corpus-fresh": (14, 1),
-    "corpus-fresh-2": (15, 0),
+    "corpus-fresh": (15, 0),
+    "corpus-fresh-2": (16, 0),
+    "corpus-fresh-3": (24, 2),
+    "corpus-fresh-4": (9, 0),
 }
 
 
