@@ -16,7 +16,11 @@ from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
 from specdoctor.tools.similarity import score
 
-ARGPARSE = r"(?:^|\s)\S+: error: (?:unrecognized arguments|ambiguous option|argument --|the following arguments are required)"
+ARGPARSE = (
+    r"(?:(?:^|\s)\S+: |(?m:^))error: (?:unrecognized arguments|ambiguous option|argument --|the following arguments "
+    r"are required)"
+)
+"""argparse's last line, `prog: error: ...`, or the same pasted without its program (a line of its own)."""
 _NAMED = re.compile(r"(--[A-Za-z0-9][\w\-]*)")
 
 
@@ -50,6 +54,9 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         return _from_config_file(ctx, sorted(named), error_line)
     skew = sorted(n for n in named & written if unrecognized and ctx.catalog.resolve(n).accepted_by_engine)
     if skew and not [f for f in errors if f.edits]:
+        took = sorted(_unknown_but_taken(ctx, named))
+        if took:
+            return _another_parser(ctx, skew, took, error_line)
         return _version_skew(ctx, skew, error_line)
     edits += [RemoveFlag(flag=n) for n in skew]  # beside real faults, an unknown-here flag just goes
     if named_findings and not any(f.edits for f in named_findings):
@@ -110,6 +117,30 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
         why=f"{meant} is the full name of the flag {written} was meant as",
         evidence=(error_line,),
         confidence=0.85,
+    )
+
+
+def _unknown_but_taken(ctx: Context, named: set[str]) -> set[str]:
+    """Flags of the command the catalog does not know and the engine did not reject."""
+    return {
+        o.name
+        for o in ctx.spec.options()
+        if o.name.startswith("--") and o.name not in named and ctx.catalog.resolve(o.name).flag is None
+    }
+
+
+def _another_parser(ctx: Context, rejected: list[str], took: list[str], error_line: str) -> Decision | None:
+    """The engine took flags SGLang {catalog} does not have and rejected ones it has: it parses another set
+    (a diffusion server, a fork, another entrypoint), and only its own verdict counts: drop what it refused."""
+    return fix(
+        ctx,
+        [RemoveFlag(flag=n) for n in rejected],
+        "flag-name",
+        f"the SGLang that ran does not take {', '.join(rejected)}; it took {', '.join(took[:4])}, which SGLang "
+        f"{ctx.catalog.version}'s server does not have, so its flags are another set than that catalog's",
+        why="the engine's own argparse named what it refuses; without it the command parses",
+        evidence=(error_line,),
+        confidence=0.6,
     )
 
 

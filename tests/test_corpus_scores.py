@@ -35,6 +35,7 @@ FLOORS = {
     "corpus-fresh-2": (16, 0),
     "corpus-fresh-3": (24, 2),
     "corpus-fresh-4": (9, 0),
+    "corpus-fresh-5": (6, 2),
 }
 
 

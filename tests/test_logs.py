@@ -55,12 +55,12 @@ ALL_OUTPUTS = sorted(OUTPUTS.iterdir())
 
 
 def test_every_recorded_launch_output_is_covered() -> None:
-    # REPORT.md §3: 57 real outputs of broken launches, plus four recorded since from the same real SGLang
-    # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, two checks of
+    # REPORT.md §3: 57 real outputs of broken launches, plus five recorded since from the same real SGLang
+    # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, three checks of
     # its argument validation), plus four of a two-node launch on one host (a node missing on either side, a
     # node killed while serving, a taken rendezvous port); each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 65
+    assert len(launches) == 66
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

@@ -688,8 +688,13 @@ FRESH4 = [
     ("hicache-on-swa-model-hiradixcache-unsupported-unified-radix-env", "sglang.feature.named-in-error"),
     ("glm5-fp8-mi325x-forced-aiter-backend-mha-k-triton-compile-error", "sglang.feature.named-in-error"),
 ]
+# corpus-fresh-5 was scored blind (5/11 on the code before and after the day's work); then read.
+FRESH5 = [
+    ("diffusion-serve-rejects-served-model-name", "sglang.argparse"),
+]
 CASES = (
     [("corpus-fresh", c, p) for c, p in FRESH]
+    + [("corpus-fresh-5", c, p) for c, p in FRESH5]
     + [("corpus-fresh-4", c, p) for c, p in FRESH4]
     + [("corpus-extra", c, p) for c, p in EXTRA]
     + [("corpus-blind", c, p) for c, p in BLIND]
