@@ -77,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return exitcodes.OK
     except Exception as exc:  # the one place that turns an unexpected failure into a line, not a traceback
+        from specdoctor.tools.process import interrupt_requested
+
+        if interrupt_requested():
+            print(f"specdoctor {args.verb}: interrupted", file=sys.stderr)
+            return exitcodes.INTERRUPTED
         if os.environ.get("SPECDOCTOR_DEBUG"):
             raise
         print(

@@ -34,7 +34,7 @@ from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.engine_source.match import warm_in_background
 from specdoctor.tools.outcome import Outcome
-from specdoctor.tools.process import StopRequested
+from specdoctor.tools.process import StopRequested, interrupt_requested
 
 
 class Loop:
@@ -72,6 +72,10 @@ class Loop:
             end: LoopExit = Interrupted("interrupted: the engine was stopped and the transcript closed")
         except LoopExit as exit_:
             end = exit_
+        except Exception:
+            if not interrupt_requested():
+                raise
+            end = Interrupted("interrupted: the engine was stopped and the transcript closed")
         if not (end.kind == "healthy" and self.settings.when_healthy == "detach"):
             self._stop_engine()
         result = end.result(self.attempts)

@@ -455,3 +455,24 @@ def test_hundred_start_stop_cycles_leave_nothing(tmp_path: Path, leftovers: Left
         assert result.clean and len(result.terminated) == 3 and result.killed == ()
     assert leftovers.alive() == []
     assert own_watchdogs() == set()
+
+
+def test_an_interrupt_a_library_disguised_is_still_known_to_be_one():
+    # pydantic turns a KeyboardInterrupt that lands inside a schema build into a SchemaError: the CLI and
+    # the loop must still end as interrupted (exit 130, engine stopped), not as an internal error.
+    script = (
+        "import os, signal, time\n"
+        "from specdoctor.tools.process import install_signal_handlers, interrupt_requested\n"
+        "install_signal_handlers()\n"
+        "print(interrupt_requested())\n"
+        "try:\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(5)\n"
+        "    except KeyboardInterrupt:\n"
+        "        raise RuntimeError('a library wrapped it') from None\n"
+        "except RuntimeError:\n"
+        "    print(interrupt_requested())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.stdout.split() == ["False", "True"], proc.stdout + proc.stderr

@@ -541,6 +541,7 @@ def _stop_message(pid: int, tree: reaper.TreeStop, grace_s: float, elapsed: floa
 _live: set[EngineProcess] = set()
 _live_lock = threading.Lock()
 _stop_signal_seen = threading.Event()
+_interrupt_seen = threading.Event()
 
 
 @atexit.register
@@ -561,6 +562,19 @@ def install_signal_handlers(signals: Sequence[int] = (signal.SIGTERM, signal.SIG
         raise RuntimeError("install_signal_handlers() must be called from the main thread")
     for signum in signals:
         signal.signal(signum, _on_stop_signal)
+    signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def interrupt_requested() -> bool:
+    """A person pressed Ctrl-C or a stop signal came. A library may turn the exception that signal raised
+    into one of its own (pydantic wraps a KeyboardInterrupt that lands inside a schema build in a
+    SchemaError): the exception is then still the interrupt, only disguised."""
+    return _stop_signal_seen.is_set() or _interrupt_seen.is_set()
+
+
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    _interrupt_seen.set()
+    raise KeyboardInterrupt
 
 
 def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
