@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 
 from specdoctor.playbooks.decision import Finding
-from specdoctor.playbooks.suspects import category_of
+from specdoctor.playbooks.naming import category_of
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand, RemoveFlag, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.conflicts import Tripped, fails, tripped
-from specdoctor.tools.engine_source.remedies import remedies
 
 _EXCLUSIVE = re.compile(
     r"exclusive|incompatible|together|cannot be combined|not supported with|does not support|both", re.I
@@ -46,6 +45,8 @@ def _remedy(found: Tripped, catalog: FlagCatalog) -> Edit | None:
     """The engine's own remedy when it names one that clears the check (`requires --enable-x`: set it);
     none when the first it names needs what only a person has (a certificate's path); else, for settings
     it calls exclusive, the written flag whose default clears it, tuning flags first."""
+    from specdoctor.tools.engine_source.remedies import remedies  # read only when a conflict trips
+
     message = found.conflict.message
     reads = set(found.conflict.flags.values())
     named = [r for r in remedies(message, catalog) if r.flag in reads]

@@ -16,8 +16,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import named_in
-from specdoctor.playbooks.suspects import category_of
+from specdoctor.playbooks.naming import category_of, named_in
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index

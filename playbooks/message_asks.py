@@ -9,8 +9,8 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import squeeze
-from specdoctor.playbooks.suspects import category_of, failing_path
+from specdoctor.playbooks.naming import category_of, squeeze
+from specdoctor.playbooks.suspects import failing_path
 from specdoctor.tools.command import SetFlag
 
 _USE = re.compile(r"\b(?:use|using|try|switch to|set it to)\s+[`'\"]?([A-Za-z][\w.-]{2,60})", re.I)

@@ -74,3 +74,22 @@ def _shown_as_word(word: str, text: str) -> bool:
     start = r"(?<![A-Za-z0-9])" if len(word) < 5 else ""
     letters = "[^A-Za-z0-9]*".join(re.escape(c) for c in word)
     return re.search(rf"(?i:{start}{letters})(?![a-z])", text) is not None
+
+
+_CATEGORIES = (
+    (r"speculative|eagle|draft|ngram|spec", "spec-config"),
+    (r"attention|attn|mla", "attention-backend"),
+    (r"quantiz|fp8|fp4|awq|gptq|moe|deepgemm|gemm", "quantization"),
+    (r"cuda.graph|graph_runner|torch.compile|piecewise", "cuda-graph"),
+    (r"tp.size|pp.size|dp.size|ep.size|parallel|nnodes", "tp-config"),
+    (r"mem.fraction|max.total.tokens|chunked.prefill|memory", "oom"),
+    (r"context.len", "context-length"),
+)
+
+
+def category_of(names: str) -> str:
+    """The failure family a setting (or a check's fields and file) belongs to."""
+    for pattern, category in _CATEGORIES:
+        if re.search(pattern, names, re.I):
+            return category
+    return "other"

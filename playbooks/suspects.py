@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import named_in
+from specdoctor.playbooks.naming import category_of, named_in
 from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.help_parser import FlagInfo
@@ -216,22 +216,3 @@ _HOW = {
     "help in stack": "its --help names the module the traceback runs through",
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
 }
-
-
-_CATEGORIES = (
-    (r"speculative|eagle|draft|ngram|spec", "spec-config"),
-    (r"attention|attn|mla", "attention-backend"),
-    (r"quantiz|fp8|fp4|awq|gptq|moe|deepgemm|gemm", "quantization"),
-    (r"cuda.graph|graph_runner|torch.compile|piecewise", "cuda-graph"),
-    (r"tp.size|pp.size|dp.size|ep.size|parallel|nnodes", "tp-config"),
-    (r"mem.fraction|max.total.tokens|chunked.prefill|memory", "oom"),
-    (r"context.len", "context-length"),
-)
-
-
-def category_of(names: str) -> str:
-    """The failure family a setting (or a check's fields and file) belongs to."""
-    for pattern, category in _CATEGORIES:
-        if re.search(pattern, names, re.I):
-            return category
-    return "other"
