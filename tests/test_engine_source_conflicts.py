@@ -91,3 +91,27 @@ def test_preflight_reports_it_and_leaves_a_flag_another_rule_fixes_to_that_rule(
     assert not report.corrected.has("--disable-radix-cache") and report.corrected.has(
         "--enable-hierarchical-cache"
     )
+
+
+def test_on_every_recorded_real_launch_it_flags_exactly_what_real_sglang_refused() -> None:
+    # tests/data/sglang-outputs: real SGLang 0.5.23 on this machine, each with its command and last error.
+    from pathlib import Path
+
+    outputs = Path(__file__).parent / "data" / "sglang-outputs"
+    checked = 0
+    for path in sorted(outputs.glob("*.txt")):
+        header = dict(
+            line[2:].split(": ", 1) for line in path.read_text().splitlines() if re.match(r"# \w+: ", line)
+        )
+        if "command" not in header:
+            continue
+        checked += 1
+        said = [
+            f.message.split(": ", 1)[1]
+            for f in check_engine_conflicts(LaunchCommand.parse(header["command"]), CAT)
+        ]
+        refused = header.get("last_error_line", "")
+        assert all(m in refused for m in said), (path.name, said, refused)
+        if "requires --enable-priority-scheduling" in refused:
+            assert said, path.name
+    assert checked >= 60
