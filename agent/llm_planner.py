@@ -221,6 +221,7 @@ def user_prompt(
         untrusted("models", "\n".join(models) or "no model facts"),
         untrusted("preflight", "\n".join(findings) or "no static problem found"),
         untrusted("engine-check", engine_check_text(ctx)),
+        untrusted("failing-path", failing_path_text(ctx)),
         "Diagnose the failure and answer as the rules say.",
     ]
     return "\n".join(sections)
@@ -239,6 +240,17 @@ def engine_check_text(ctx: Context) -> str:
     ranked = [f"{r.flag or r.field} = {r.value}" for r in reading.suspects]
     suspects = "; ".join(ranked) if ranked else "none of the flags it reads is set by the command"
     return f"{located.how}\n{site_text(located.site, reading)}\nsuspects, most likely first: {suspects}"
+
+
+def failing_path_text(ctx: Context) -> str:
+    """The settings the command chose that the failure names or ran through, strongest first, as the rules
+    rank them (playbooks/suspects.py): where to look before anything else."""
+    from specdoctor.playbooks.suspects import ranked_suspects
+
+    found = ranked_suspects(ctx)
+    if not found:
+        return "no setting the command chose is named by the failure or governs the code it ran through"
+    return "\n".join(f"{s.setting}: {s.how} ({', '.join(s.words)})" for s in found[:6])
 
 
 def outcome_text(ctx: Context) -> str:

@@ -161,11 +161,16 @@ def _chosen(option: Option, info: FlagInfo | None) -> bool:
     return " ".join(option.values).lower() != default.lower()
 
 
+def ranked_suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect]:
+    """Every suspect, strongest first (tuning before capability between equals)."""
+    return sorted(suspects(ctx, ignore), key=_rank)
+
+
 def prime_suspect(ctx: Context, ignore: frozenset[str] = frozenset()) -> Suspect | None:
     """The one setting the failure names most strongly, if one stands out and is strong enough. Between
     two named alike, a tuning setting (how the model runs) goes before one that changes what is loaded or
     served: taking it back keeps the deployment the user asked for."""
-    ranked = sorted(suspects(ctx, ignore), key=_rank)
+    ranked = ranked_suspects(ctx, ignore)
     if not ranked or ranked[0].weight < MIN_WEIGHT:
         return None
     if len(ranked) > 1 and _rank(ranked[1]) == _rank(ranked[0]):

@@ -81,3 +81,32 @@ def test_validation_sites_by_message_and_by_words() -> None:
     by_words = box.run("validation_sites", {"query": "trtllm_mha page_size"})
     assert by_words.status == "ok" and "page_size" in by_words.text.lower()
     assert box.run("validation_sites", {"query": "zzz qqq www"}).status == "no_data"
+
+
+def test_the_prompt_carries_the_settings_on_the_failing_path() -> None:
+    # The same grounds the rules read: the chosen settings the failure names, strongest first.
+    import json
+
+    from specdoctor.agent.diagnose import context_for, outcome_from_log
+    from specdoctor.agent.llm_planner import build_messages
+    from specdoctor.tools.catalog_load import bundled
+    from specdoctor.tools.command import LaunchCommand
+
+    case = json.loads(
+        (
+            Path(__file__).parent
+            / "data"
+            / "corpus-fresh-2"
+            / "glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512.json"
+        ).read_text()
+    )
+    lines = case["log"].splitlines()
+    ctx = context_for(
+        LaunchCommand.parse(case["command"]),
+        bundled(),
+        lines,
+        outcome=outcome_from_log(lines, case["exit_kind"]),
+    )
+    _, user = build_messages(ctx)
+    section = user["content"].split('<failing-path untrusted="true">', 1)[1]
+    assert section.lstrip().startswith("SGL_ENABLE_JIT_DEEPGEMM: "), section[:200]
