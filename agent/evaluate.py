@@ -92,6 +92,22 @@ def _number(value: str | None) -> float | None:
         return None
 
 
+def refused(case: dict, why: str) -> CaseScore:
+    """A case whose command specdoctor does not take (not an SGLang server launch): not solved."""
+    return CaseScore(
+        id=case["id"],
+        category=case["category"],
+        expected_action=case["action"],
+        action="refused",
+        decided_category="",
+        solved=False,
+        category_right=False,
+        playbook=None,
+        summary=f"the command was refused: {why}",
+        command=case["command"],
+    )
+
+
 def score_case(
     case: dict[str, Any], contract: dict[str, Any], catalog: FlagCatalog | None = None
 ) -> CaseScore:

@@ -130,3 +130,18 @@ def test_a_log_appended_across_restarts_is_read_for_its_last_run(tmp_path):
     assert data["category"] == "cuda-graph" and data["playbook"] == "sglang.cuda-graph.capture"
     fraction = data["command"].split("--mem-fraction-static ")[1].split()[0]
     assert data["action"] == "fix" and float(fraction) < 0.93
+
+
+def test_eval_scores_a_case_whose_command_is_not_a_server_launch_as_not_solved(tmp_path):
+    # A benchmark script is not something specdoctor launches: the case is refused, counted, never dropped.
+    case = json.loads((DATA / "corpus" / "ngram-torch-native-backend.json").read_text())
+    (tmp_path / "a.json").write_text(json.dumps(case))
+    bench = {**case, "id": "b", "command": "python -m sglang.bench_offline_throughput --model-path m"}
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    proc = specdoctor("eval", str(tmp_path), "--json")
+    report = json.loads(proc.stdout)
+    totals = report["totals"]
+    assert (totals["cases"], totals["first_decision_right"], totals["refused"]) == (2, 1, 1), totals
+    refused = next(c for c in report["cases"] if c["id"] == "b")
+    assert refused["action"] == "refused" and not refused["solved"]
+    assert "unknown engine" in refused["summary"]

@@ -19,9 +19,10 @@ from specdoctor.agent.diagnose import (
     outcome_from_log,
     read_case,
 )
-from specdoctor.agent.evaluate import score_case
+from specdoctor.agent.evaluate import refused, score_case
 from specdoctor.tools.catalog_load import bundled
-from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.command import CommandError, LaunchCommand
+from specdoctor.tools.errors import UsageError
 
 DATA = Path(__file__).parent / "data"
 CAT = bundled("0.5.23")
@@ -36,6 +37,7 @@ FLOORS = {
     "corpus-fresh-3": (24, 2),
     "corpus-fresh-4": (9, 0),
     "corpus-fresh-5": (6, 2),
+    "corpus-fresh-6": (5, 0),
 }
 
 
@@ -54,7 +56,11 @@ def contract_for(path: Path, catalog=CAT) -> dict:
 
 
 def _score(path: Path):
-    return score_case(read_case(path).model_dump(), contract_for(path), CAT)
+    case = read_case(path).model_dump()
+    try:
+        return score_case(case, contract_for(path), CAT)
+    except (UsageError, CommandError) as exc:  # not a server launch: counted as not solved, as `eval` does
+        return refused(case, str(exc))
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))

@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
         outcome_from_log,
         read_case,
     )
-    from specdoctor.agent.evaluate import score_case
+    from specdoctor.agent.evaluate import refused, score_case
     from specdoctor.tools.catalog_load import bundled
-    from specdoctor.tools.command import LaunchCommand
+    from specdoctor.tools.command import CommandError, LaunchCommand
     from specdoctor.tools.errors import UsageError
 
     folder = Path(args.cases)
@@ -56,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     scores = []
     for path in paths:
         case = read_case(path)
-        spec = LaunchCommand.parse(case.command)
+        try:
+            spec = LaunchCommand.parse(case.command)
+        except (UsageError, CommandError) as exc:
+            # `diagnose --case` refuses it the same way; scored as not solved, never dropped.
+            scores.append(refused(case.model_dump(), str(exc)))
+            continue
         lines = case.log.splitlines()
         ctx = context_for(
             spec,
@@ -85,6 +90,7 @@ def totals(scores) -> dict:
         "cases": len(scores),
         "first_decision_right": right,
         "first_decision_right_pct": round(100 * right / len(scores), 1),
+        "refused": sum(s.action == "refused" for s in scores),
         "confident_wrong_fixes": sum(s.confident_wrong_fix(UNATTENDED_THRESHOLD) for s in scores),
         "stops_where_a_fix_was_known": sum(s.stopped_where_a_fix_was_known for s in scores),
         "fix_cases": len(fixes),
