@@ -20,7 +20,9 @@ _PLACEHOLDER = re.compile(r"\{(?:cfg|self|server_args|args)\.(\w+)\}")
 
 
 def check_engine_conflicts(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
-    return [_finding(t, catalog) for t in tripped(spec, catalog)]
+    found = [_finding(t, catalog) for t in tripped(spec, catalog)]
+    # The same check written twice in a release (a hook and a model override) is one finding.
+    return list({f.message: f for f in reversed(found)}.values())[::-1]
 
 
 def _finding(found: Tripped, catalog: FlagCatalog) -> Finding:

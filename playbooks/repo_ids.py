@@ -11,7 +11,7 @@ from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import Edit, SetFlag
 
-_PART = re.compile(r"^[A-Za-z0-9_.-]{1,96}$")
+_PART = re.compile(r"^[\w.-]{1,96}$")  # `\w` as the Hub's own check reads it (Unicode letters too)
 _PATH_FLAGS = ("--model-path", "--speculative-draft-model-path")
 _REVISION_OF = {
     "--model-path": "--revision",

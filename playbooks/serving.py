@@ -22,7 +22,7 @@ def check_serving(view: CommandView) -> list[Finding]:
     name = view.get("--served-model-name")
     if not name or ":" not in name:
         return []
-    plain = name.replace(":", "-")
+    plain = "-".join(part for part in name.split(":") if part)
     return [
         Finding(
             code="served-name-colon",
@@ -31,7 +31,7 @@ def check_serving(view: CommandView) -> list[Finding]:
             flag="--served-model-name",
             message=f"--served-model-name {name}: SGLang reads `model: {name}` in a request as base model "
             f"{name.split(':', 1)[0]!r} with LoRA adapter {name.split(':', 1)[1]!r}, so requests naming it fail",
-            edits=(SetFlag(flag="--served-model-name", values=(plain,)),),
+            edits=(SetFlag(flag="--served-model-name", values=(plain,)),) if plain else (),
             why=f"without a colon ({plain}) the name is only a name",
             confidence=0.8,
         )

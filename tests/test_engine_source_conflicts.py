@@ -56,6 +56,12 @@ def test_a_written_conflict_is_an_error_with_the_engines_own_remedy(flags: str, 
     assert check_engine_conflicts(fixed, CAT) == []
 
 
+def test_one_check_written_twice_in_a_release_is_one_finding() -> None:
+    # 0.5.23 has the dp/attn-dp check both in its parallel hook and in a model override's helper.
+    found = check_engine_conflicts(_spec("--dp-size 2 --attn-dp-size 2"), CAT)
+    assert len(found) == 1 and "--dp-size 2 with --attn-dp-size 2" in found[0].message
+
+
 def test_a_remedy_only_a_person_can_give_is_not_invented() -> None:
     # "--ssl-keyfile requires --ssl-certfile": the certificate's path is the user's; dropping TLS is no fix.
     found = check_engine_conflicts(_spec("--ssl-keyfile key.pem"), CAT)

@@ -393,6 +393,7 @@ def test_a_served_name_with_a_colon_is_respelled_before_launch():
         ("org/-model", "repo-id-invalid"),
         ("org/model", None),
         ("Qwen/Qwen3-0.6B", None),
+        ("ÜberModel/x", None),  # the Hub's check reads `\w` as Python does: Unicode letters pass
         ("/models/a:b", None),  # a folder's name may hold anything
         ("$MODELS/tiny-llama", None),  # a shell variable the script expands
         ("s3://bucket/model", None),
