@@ -57,7 +57,9 @@ _PLAIN = frozenset(
         "each",
     ]
 )
-_SOURCE_FILE = re.compile(r"[\w/.-]+\.py\b")
+_CODE_PLACE = re.compile(r"(?P<file>[\w./-]+\.py)\b(?:\"?,? line \d+|:\d+)?(?:,? +in \w+)?")
+"""A source location as a traceback or a pretty-printed trace writes it: `model_runner.py", line 631, in
+init_cuda_graphs`, `sglang/srt/layers/x.py:568  in mm`."""
 AREAS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("attention backend", re.compile(r"^--(?:(?:prefill|decode|mm|speculative-draft)-)?attention-backend$")),
     ("mixture-of-experts layer", re.compile(r"^--(?:moe-runner-backend|moe-a2a-backend|deepep-mode)$")),
@@ -105,7 +107,15 @@ def described_by_help(flag: str, info: FlagInfo | None, ctx: Context) -> tuple[s
 
 def source_files(ctx: Context) -> list[str]:
     """Source files a trace printed in another shape names (`sglang/srt/x/y.py:305  in fn`)."""
-    return _SOURCE_FILE.findall(ctx.log_text or ctx.root_text)
+    return [m["file"] for m in _CODE_PLACE.finditer(ctx.log_text or ctx.root_text)]
+
+
+def code_locations(ctx: Context) -> list[str]:
+    """Every place in Python code the log shows the failure passing through, in order: traceback frames and
+    the file mentions of traces printed in other shapes (rich, loguru, a pasted excerpt)."""
+    places = [f"{f.path} in {f.function}" for f in ctx.root.frames]
+    places += [m.group(0) for m in _CODE_PLACE.finditer(ctx.log_text or ctx.root_text)]
+    return list(dict.fromkeys(places))
 
 
 def area_of(flag: str, ctx: Context) -> str | None:

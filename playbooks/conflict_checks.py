@@ -11,7 +11,7 @@ from specdoctor.playbooks.naming import category_of
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand, RemoveFlag, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
-from specdoctor.tools.engine_source.conflicts import Tripped, fails, tripped
+from specdoctor.tools.engine_source.conflicts import Tripped, default_reading, fails, tripped
 
 _EXCLUSIVE = re.compile(
     r"exclusive|incompatible|together|cannot be combined|not supported with|does not support|both", re.I
@@ -20,9 +20,12 @@ _PLACEHOLDER = re.compile(r"\{(?:cfg|self|server_args|args)\.(\w+)\}")
 
 
 def check_engine_conflicts(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
-    found = [_finding(t, catalog) for t in tripped(spec, catalog)]
     # The same check written twice in a release (a hook and a model override) is one finding.
-    return list({f.message: f for f in reversed(found)}.values())[::-1]
+    by_message: dict[str, Finding] = {}
+    for found in tripped(spec, catalog):
+        finding = _finding(found, catalog)
+        by_message.setdefault(finding.message, finding)
+    return list(by_message.values())
 
 
 def _finding(found: Tripped, catalog: FlagCatalog) -> Finding:
@@ -82,21 +85,10 @@ def _smallest_undo(found: Tripped, catalog: FlagCatalog) -> str | None:
         return (policy.flag(flag).edit_class != "tuning", at if at >= 0 else len(message))
 
     for flag in sorted(found.values, key=rank):
-        default = _default_of(catalog, flag)
+        default = default_reading(catalog, flag)
         if default is not None and fails(found.conflict, {**found.reading(), flag: default}) is False:
             return flag
     return None
-
-
-def _default_of(catalog: FlagCatalog, flag: str) -> str | None:
-    """A flag's default as the check reads it: `false` for a switch, `none` when unset; None if unknown."""
-    info = catalog.get(flag)
-    if info is None:
-        return None
-    default = (info.default or "").strip("'\"")
-    if info.nargs == 0:
-        return "false" if default in ("False", "false", "") else None
-    return "none" if default in ("None", "") else default
 
 
 def _said(found: Tripped) -> str:

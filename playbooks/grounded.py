@@ -22,10 +22,8 @@ from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
 from specdoctor.tools.engine_source.remedies import remedies
 from specdoctor.tools.engine_source.suspects import FieldRead, SiteReading, read_site
-from specdoctor.tools.help_parser import FlagInfo
 
 _CHECKS = ("raise", "assert", "error")
-_NO_SWITCH = FlagInfo(name="", nargs=1)
 
 
 @playbook(id="sglang.source.check", category="other", when=("exited", "hung", "unhealthy"), priority=65)
@@ -64,10 +62,13 @@ def _switch_off_the_path(ctx: Context, reading: SiteReading) -> Decision | None:
         and {c.op for c in r.failing} == {"falsy"}
         and policy.flag(r.flag).edit_class == "tuning"
     ]
-    if not chosen or len(switches) != 1 or (ctx.catalog.get(switches[0].flag or "") or _NO_SWITCH).nargs != 0:
+    if not chosen or len(switches) != 1:
         return None
     switch = switches[0]
     assert switch.flag is not None
+    info = ctx.catalog.get(switch.flag)
+    if info is None or info.nargs != 0:
+        return None  # a valued setting: turning it "on" means nothing
     kept = ", ".join(f"{r.flag} {r.value}" for r in chosen)
     return fix(
         ctx,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from specdoctor.playbooks.base import Context, StopRule, fix, line_of, playbook, stop, stop_rules
+from specdoctor.playbooks.code_paths import code_locations
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import RemoveFlag, SetFlag
@@ -127,19 +128,6 @@ def missing_shared_library(ctx: Context, m: re.Match[str] | None) -> Decision | 
         "library.",
         evidence=(line_of(m),),
     )
-
-
-_CODE_PLACE = re.compile(r"[\w./-]+\.py\b(?:\"?,? line \d+|:\d+)?(?:,? +in \w+)?")
-"""A source location as a traceback or a pretty-printed trace writes it: `model_runner.py", line 631, in
-init_cuda_graphs`, `sglang/srt/layers/x.py:568  in mm`."""
-
-
-def code_locations(ctx: Context) -> list[str]:
-    """Every place in Python code the log shows the failure passing through, in order: traceback frames and
-    the file mentions of traces printed in other shapes (rich, loguru, a pasted excerpt)."""
-    places = [f"{f.path} in {f.function}" for f in ctx.root.frames]
-    places += [m.group(0) for m in _CODE_PLACE.finditer(ctx.log_text or ctx.root_text)]
-    return list(dict.fromkeys(places))
 
 
 _ATTENTION_CODE = re.compile(r"layers/attention/|attention|attn|_fwd_kernel", re.I)

@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.engine_source.declarations import default_flag
-from specdoctor.tools.engine_source.index import SourceIndex, bundled_index, clean_version, version_key
+from specdoctor.tools.engine_source.index import SourceIndex, bundled_index, nearest_release
+from specdoctor.tools.engine_source.suspects import written_value
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "engine-source" / "sglang-conflicts.json"
 _ARGUMENT_FILES = re.compile(r"^srt/(?:server_args\.py|arg_groups/)")
@@ -180,11 +181,7 @@ def _table() -> tuple[tuple[str, ...], tuple[Conflict, ...]]:
 def judged_release(version: str | None) -> str | None:
     """The indexed release whose checks judge `version`: itself, else the newest older one."""
     releases, _ = _table()
-    version = clean_version(version)
-    if version is None:
-        return None
-    older = [r for r in releases if version_key(r) <= version_key(version)]
-    return older[-1] if older else None
+    return nearest_release(releases, version)
 
 
 def tripped(spec: LaunchCommand, catalog: FlagCatalog) -> list[Tripped]:
@@ -200,34 +197,33 @@ def tripped(spec: LaunchCommand, catalog: FlagCatalog) -> list[Tripped]:
         if release not in conflict.releases or not flags & written:
             continue
         values = {flag: _written(spec, catalog, flag) for flag in flags & written}
-        off = {flag: _off(catalog, flag) for flag in flags - written}
-        unset = {flag: value for flag, value in off.items() if value is not None}
-        if len(unset) < len(off):
-            continue  # a flag not given whose value SGLang may derive: only the engine knows
+        unset = {flag: default_reading(catalog, flag) for flag in flags - written}
+        if any(value not in ("none", "false") for value in unset.values()):
+            continue  # a flag not given whose value SGLang may derive (a size, a mode): only the engine knows
         if fails(conflict, {**values, **unset}) is True:
             found.append(Tripped(conflict=conflict, release=release, values=values, assumed=unset))
     return found
 
 
-def _off(catalog: FlagCatalog, flag: str) -> str | None:
-    """What an optional setting the command does not give reads as: unset (`None`) or off (`false`), when
-    that is its default; None for anything else (a size, a mode: ServerArgs may derive it)."""
+def default_reading(catalog: FlagCatalog, flag: str) -> str | None:
+    """A flag's default as a check reads it: `false` for a switch, `none` when unset, else its value;
+    None when the catalog does not know it."""
     info = catalog.get(flag)
-    default = (info.default or "").strip("'\"") if info is not None else ""
-    if info is not None and default in ("None", ""):
-        return "none"
-    if info is not None and info.nargs == 0 and default in ("False", "false"):
-        return "false"
-    return None
+    if info is None:
+        return None
+    default = (info.default or "").strip("'\"")
+    if info.nargs == 0:
+        return "false" if default in ("False", "false", "") else None
+    return "none" if default in ("None", "") else default
 
 
 def fails(conflict: Conflict, values: dict[str, str]) -> bool | None:
     """Whether the check fails on these flag values (`true` for a switch given); None when undecidable."""
     by_field = {field: values.get(flag) for field, flag in conflict.flags.items()}
     try:
-        if not all(_truth(_value(_parsed(g), by_field)) for g in conflict.guards):
+        if not all(bool(_value(_parsed(g), by_field)) for g in conflict.guards):
             return False
-        holds = _truth(_value(_parsed(conflict.condition), by_field))
+        holds = bool(_value(_parsed(conflict.condition), by_field))
     except _Undecidable:
         return None
     return holds if conflict.kind == "raise" else not holds
@@ -235,27 +231,19 @@ def fails(conflict: Conflict, values: dict[str, str]) -> bool | None:
 
 def _written(spec: LaunchCommand, catalog: FlagCatalog, flag: str) -> str:
     info = catalog.get(flag)
-    found = [o for o in spec.options() if catalog.canonical(o.name) == flag]
-    last = found[-1]
-    if info is not None and info.nargs == 0:
-        return "true"
-    return " ".join(last.values)
+    return (written_value(spec, info, catalog) if info is not None else None) or ""
 
 
 class _Undecidable(Exception):
     pass
 
 
-def _truth(value: object) -> bool:
-    return bool(value)
-
-
 def _value(node: ast.expr | None, fields: dict[str, str | None]) -> object:
     if isinstance(node, ast.BoolOp):
-        values = [_truth(_value(v, fields)) for v in node.values]
+        values = [bool(_value(v, fields)) for v in node.values]
         return all(values) if isinstance(node.op, ast.And) else any(values)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return not _truth(_value(node.operand, fields))
+        return not bool(_value(node.operand, fields))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _value(node.operand, fields)
         if isinstance(inner, (int, float)):
@@ -300,7 +288,7 @@ def _compare(node: ast.Compare, fields: dict[str, str | None]) -> bool:
 
 def _same(written: object, literal: object) -> bool:
     if isinstance(literal, bool) or isinstance(written, bool):
-        return _truth(written) == _truth(literal)
+        return bool(written) == bool(literal)
     if isinstance(literal, (int, float)):
         return _number(written) == literal
     return written == literal

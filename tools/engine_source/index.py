@@ -36,6 +36,16 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in parts)
 
 
+def nearest_release(releases: list[str] | tuple[str, ...], version: str | None) -> str | None:
+    """Of `releases` (oldest first), the one for `version`: itself, else the newest older one; None if the
+    version is older than all or names none."""
+    version = clean_version(version)
+    if version is None:
+        return None
+    older = [r for r in releases if version_key(r) <= version_key(version)]
+    return older[-1] if older else None
+
+
 class EngineIndexError(RuntimeError):
     """The index file is missing or not one this version of specdoctor reads."""
 
@@ -62,13 +72,7 @@ class SourceIndex:
     # ---- releases ------------------------------------------------------------------------------
     def release(self, version: str | None) -> str | None:
         """The indexed release for a version: itself, else the newest older one; None if older than all."""
-        version = clean_version(version)
-        if version is None:
-            return None
-        if version in self._raw["releases"]:
-            return version
-        older = [r for r in self.releases if version_key(r) <= version_key(version)]
-        return older[-1] if older else None
+        return nearest_release(self.releases, version)
 
     def files(self, release: str) -> list[str]:
         return self._raw["releases"][release]["files"]

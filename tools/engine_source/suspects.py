@@ -100,7 +100,7 @@ def _field_read(
 ) -> FieldRead:
     flag = flag_for_field(field, catalog, dests)
     failing = tuple(c for c in site.constraints if c.field == field and not c.env)
-    value = _value(command, flag, catalog) if flag is not None else None
+    value = written_value(command, flag, catalog) if flag is not None else None
     default = flag.default if flag is not None else None
     effective = value if value is not None else default
     return FieldRead(
@@ -118,7 +118,7 @@ def _field_read(
     )
 
 
-def _value(command: LaunchCommand, flag: FlagInfo, catalog: FlagCatalog) -> str | None:
+def written_value(command: LaunchCommand, flag: FlagInfo, catalog: FlagCatalog) -> str | None:
     """The flag's effective value in the command (argparse keeps the last occurrence)."""
     spellings = {flag.name, flag.negation}
     found: list[Option] = [o for o in command.options() if catalog.canonical(o.name) in spellings]
