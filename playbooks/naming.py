@@ -67,6 +67,15 @@ def named_in(name: str, text: str, every: bool = False) -> tuple[str, ...]:
     return hits if words and enough else ()
 
 
+def named_exactly(name: str, text: str) -> tuple[str, ...]:
+    """The words of `name` when the text writes it as a whole identifier of its own (`block_size`, not
+    `weight_block_size`): for another engine's name of a setting, whose words SGLang uses for other things."""
+    parts = re.split(r"[-_.\s]+", name.lower().lstrip("-"))
+    spelled = r"[-_ ]?".join(re.escape(p) for p in parts)
+    found = re.search(rf"(?<![A-Za-z0-9_])(?i:{spelled})(?![A-Za-z0-9_])", text)
+    return tuple(parts) if found else ()
+
+
 def _shown_as_word(word: str, text: str) -> bool:
     """`word` ends a word of the text (`context` in `context_length` or `ContextLength`, not in
     `contextlib`), and a short one also begins it (`fp8` in `Fp8MoEMethod`, not `mla` in `formlayer`); a

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import category_of, named_in
-from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, UnsetEnv
+from specdoctor.playbooks.naming import category_of, named_exactly, named_in
+from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, SetFlag, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
+from specdoctor.tools.flag_synonyms import vllm_names
 from specdoctor.tools.help_parser import FlagInfo
 
 # Flags that define what is served rather than how; a crash never makes them the smallest change.
@@ -71,14 +72,34 @@ def failing_path(ctx: Context) -> tuple[str, str]:
     return error, stack
 
 
+_SENTENCE = re.compile(r"^[A-Z][a-z']*(?: +\S+){7,}")
+_ABOUT_FAILURE = re.compile(
+    r"\b(?:crash\w*|error|fail\w*|hangs?|exception|breaks?|works?|without|only when|when (?:using|adding|enabling))\b",
+    re.I,
+)
+_LAUNCH_ECHO = re.compile(r"launch_server|sglang serve|(?:\s--[a-z][\w-]*(?:[ =]\S+)?){3,}")
+
+
+def reported(log: str) -> list[str]:
+    """Sentences a person wrote about the failure (an issue's prose pasted with its log): they name what
+    they changed to make it fail (`when using the Triton attention backend with pipeline parallelism`,
+    `error when add --enable-dp-attention, without it everything ok`). Not log records, not the command."""
+    return [
+        line.strip()
+        for line in log.splitlines()
+        if _SENTENCE.match(line.strip()) and _ABOUT_FAILURE.search(line) and not _LAUNCH_ECHO.search(line)
+    ]
+
+
 def suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect]:
     """Every chosen setting the failure names (but those in `ignore`: a rule that has ruled them out)."""
     error, stack = failing_path(ctx)
-    found = (*_flag_suspects(ctx, error, stack), *_env_suspects(ctx, error, stack))
+    prose = "\n".join(reported(ctx.log_text))
+    found = (*_flag_suspects(ctx, error, stack, prose), *_env_suspects(ctx, error, stack))
     return [s for s in found if s and s.setting not in ignore]
 
 
-def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | None]:
+def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator[Suspect | None]:
     policy = edit_policy()
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
@@ -87,7 +108,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | N
             continue
         value = " ".join(option.values)
         names = (flag, *(info.aliases if info else ()))
-        edits = (RemoveFlag(flag=flag),)
+        edits = _take_back(flag, value, info, ctx)
         if _PARALLEL.match(flag):
             # A size is named only in the error's own words, and in full: "Pipeline Parallel is not
             # compatible ...", not "The size of tensor a ...".
@@ -101,10 +122,63 @@ def _flag_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | N
             )
             continue
         switch = not option.values or value.lower() in _TRUTHY
+        values = [value] if value and not _numeric(value) else []
         yield (
-            _strongest(flag, [value] if value and not _numeric(value) else [], names, error, stack, edits)
+            _strongest(flag, values, names, error, stack, edits)
+            or _other_name_suspect(flag, error, edits)
+            or _in_prose(flag, values, names, prose, edits)
             or _code_suspect(flag, info, ctx, edits, switch)
         )
+
+
+def _in_prose(
+    flag: str, values: list[str], names: tuple[str, ...], prose: str, edits: tuple[Edit, ...]
+) -> Suspect | None:
+    """What the person reporting the failure says they chose: its value, or its name in full (`EAGLE3`
+    in a sentence is the algorithm, not --speculative-eagle-topk)."""
+    if hit := next((h for v in values if (h := named_in(v, prose, every=True))), ()):
+        return _suspect(flag, "value in error", hit, edits)
+    if hit := next((h for n in names if (h := _written(n, prose) or named_in(n, prose, every=True))), ()):
+        return _suspect(flag, "name in error", hit, edits)
+    return None
+
+
+def _other_name_suspect(flag: str, error: str, edits: tuple[Edit, ...]) -> Suspect | None:
+    """The error names the setting as vLLM does, written out whole (`block_size should be aligned to 16`
+    from a kernel both engines share, for --page-size)."""
+    return next(
+        (
+            _suspect(flag, "name in error", hit, edits)
+            for n in vllm_names(flag)
+            if (hit := named_exactly(n, error))
+        ),
+        None,
+    )
+
+
+# Backends that run every model on every GPU SGLang supports, per kind of attention.
+_PORTABLE_BACKEND = {
+    "--attention-backend": "triton",
+    "--prefill-attention-backend": "triton",
+    "--decode-attention-backend": "triton",
+    "--speculative-draft-attention-backend": "triton",
+    "--mm-attention-backend": "triton_attn",
+}
+# MLA and sparse-attention models (DeepSeek's family) run on backends of their own kind, which SGLang's
+# default picks for them per GPU.
+_OWN_ATTENTION = re.compile(r"\b(?:nsa|dsa|mla)\b|_mla\b|index_topk|indexer|deepseek", re.I)
+
+
+def _take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tuple[Edit, ...]:
+    """The edit that takes a chosen setting off the failing path. For an attention backend, removing the
+    flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
+    (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
+    that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
+    portable = _PORTABLE_BACKEND.get(flag)
+    sparse = _OWN_ATTENTION.search(f"{value} {ctx.search_text}")
+    if portable and value != portable and info is not None and portable in info.choices and not sparse:
+        return (SetFlag(flag=flag, values=(portable,)),)
+    return (RemoveFlag(flag=flag),)
 
 
 def _code_suspect(
@@ -137,9 +211,16 @@ def _strongest(
         ("name in stack", names, stack),
     )
     for how, candidates, text in checks:
-        if hit := next((h for c in candidates if (h := named_in(c, text))), ()):
+        if hit := next((h for c in candidates if (h := named_in(c, text) or _written(c, text))), ()):
             return _suspect(setting, how, hit, edits)
     return None
+
+
+def _written(name: str, text: str) -> tuple[str, ...]:
+    """The flag itself, written out (`--enable-dp-attention`, whose words alone are too common to count)."""
+    if not name.startswith("--"):
+        return ()
+    return (name,) if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) else ()
 
 
 def _suspect(setting: str, how: str, words: tuple[str, ...], edits: tuple[Edit, ...]) -> Suspect:

@@ -136,6 +136,13 @@ SYNONYMS: tuple[Synonym, ...] = (
 
 BY_WRITTEN: dict[str, Synonym] = {s.written: s for s in SYNONYMS}
 
+
+def vllm_names(flag: str) -> tuple[str, ...]:
+    """vLLM's names for the same setting (a plain rename, values unchanged): kernels shared by both
+    engines word their errors in vLLM's terms (`block_size` for SGLang's page size)."""
+    return tuple(s.written for s in SYNONYMS if s.origin == "vllm" and s.target == flag and not s.translate)
+
+
 # Values vLLM accepts for a flag SGLang shares, mapped to SGLang's spelling.
 VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "--kv-cache-dtype": {"fp8": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float16": "auto"},

@@ -27,7 +27,8 @@ MESSAGE_LINES = 25
 MAX_INTERLEAVED = 20
 
 _TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
+# Python's own frames, faulthandler's (`line N in f`, no comma) and the line-less ones issue threads quote.
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)"(?:, line (?P<line>\d+))?(?:,? in (?P<func>.+?))?\s*$')
 _CHAINED = re.compile(
     r"^(?:During handling of the above exception, another exception occurred"
     r"|The above exception was the direct cause of the following exception):\s*$"
@@ -236,8 +237,13 @@ def _exception(
     """The exception line at `i` and its continuation lines (multi-line messages)."""
     end = i + 1
     shape = _DIGITS.sub("#", msgs[i][0])
-    while end < len(msgs) and end - i <= MESSAGE_LINES and _continues_message(msgs[end], shape, profile):
-        end += 1
+    while end < len(msgs) and end - i <= MESSAGE_LINES:
+        if _continues_message(msgs[end], shape, profile):
+            end += 1
+        elif _paragraph_of_message(msgs, end, shape, profile):
+            end += 2
+        else:
+            break
     text = msgs[i][1].strip()
     more = [msg for _, msg in msgs[i + 1 : end]]
     first = m["msg"] if m["msg"] is not None else (m["arg"] or "").strip("'\"")
@@ -252,6 +258,21 @@ def _exception(
         frames=frames,
         span=(start, end),
     )
+
+
+def _paragraph_of_message(msgs: list[tuple[str, str]], at: int, shape: str, profile: EngineProfile) -> bool:
+    """A blank line inside the message: kernels' errors put what was wrong in a paragraph of its own
+    (`... error code is 561002` / blank / `block_size should be aligned to 16, but got 1`)."""
+    if msgs[at][1].strip() or at + 1 >= len(msgs):
+        return False
+    after = msgs[at + 1]
+    return _continues_message(after, shape, profile) and bool(_REQUIREMENT.search(after[1]))
+
+
+# How an engine's message says what it needed: a paragraph worded so belongs to the error above it.
+_REQUIREMENT = re.compile(
+    r"\b(?:should|must|expected|expects|requires?|only supports?|not supported|but got|please)\b", re.I
+)
 
 
 def _continues_message(item: tuple[str, str], shape: str, profile: EngineProfile) -> bool:
@@ -294,7 +315,7 @@ def _one_traceback(msgs: list[tuple[str, str]], start: int, profile: EngineProfi
         prefix, msg = msgs[j]
         frame = _FRAME.match(msg)
         if frame:
-            frames.append(Frame(frame["path"], int(frame["line"]), frame["func"] or "<module>"))
+            frames.append(Frame(frame["path"], int(frame["line"] or 0), frame["func"] or "<module>"))
         elif msg.strip() == _CUT or not msg.strip():
             break
         elif msg[:1] in (" ", "\t"):
@@ -320,7 +341,8 @@ def _one_traceback(msgs: list[tuple[str, str]], start: int, profile: EngineProfi
             break
         j += 1
     last = frames[-1] if frames else None
-    line = f'File "{last.path}", line {last.line}, in {last.function}' if last else msgs[start][1].strip()
+    where = f", line {last.line}" if last and last.line else ""
+    line = f'File "{last.path}"{where}, in {last.function}' if last else msgs[start][1].strip()
     body = [msg for _, msg in msgs[start:j]]
     cand = _Candidate(
         kind="traceback-cut",

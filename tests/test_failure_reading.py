@@ -1,0 +1,119 @@
+"""How a failure is read before anyone decides: frames in every form Python and issue threads print them,
+a kernel's message that goes on after a blank line, vLLM's name for a setting in a shared kernel's error,
+what the person reporting it wrote, and which backend takes a launch off a failing one. Every log here is a
+real one from the tracker (the development corpora); each rule is also run with the setting it blames left
+out of the command, where the answer must not blame it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdoctor.tools.log_cause import extract_root_cause
+from tests.test_corpus_scores import contract_for
+
+DATA = Path(__file__).parent / "data"
+
+
+def _case(name: str) -> dict:
+    found = sorted(DATA.glob(f"corpus-*/{name}.json"))
+    assert len(found) == 1, name
+    return json.loads(found[0].read_text())
+
+
+def _decide(tmp_path: Path, name: str, command: str | None = None) -> dict:
+    case = _case(name)
+    if command is not None:
+        case["command"] = command
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(case))
+    return contract_for(path)
+
+
+def _touched(contract: dict) -> set[str]:
+    return {e.get("flag") or e.get("name") for e in contract.get("edits") or []}
+
+
+def test_a_frame_quoted_without_its_line_number_is_a_frame() -> None:
+    root = extract_root_cause(_case("mamba-radix-cache-extra-buffer-on-non-mamba-model")["log"].splitlines())
+    assert root.kind == "exception"
+    assert [f.function for f in root.frames] == ["_mamba_radix_cache_v2_req_prepare_for_extend"]
+
+
+def test_faulthandler_frames_are_frames() -> None:
+    # `File "...", line 100 in resolve_forward_inputs`: no comma before `in`.
+    root = extract_root_cause(_case("mlx-mixed-chunk-mps-cat-segfault")["log"].splitlines())
+    assert "resolve_forward_inputs" in {f.function for f in root.frames}
+
+
+def test_a_kernel_message_goes_on_after_a_blank_line() -> None:
+    root = extract_root_cause(_case("ascend-npu-fia-page-size-1-block-size-align-16")["log"].splitlines())
+    assert "block_size should aligned to 16, but got 1" in root.message
+
+
+def test_a_log_record_after_a_blank_line_is_not_part_of_the_message() -> None:
+    lines = [
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "",
+        "[2025-01-01 00:00:00] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    assert "sigquit" not in extract_root_cause(lines).message
+
+
+def test_vllm_s_name_for_the_page_size_in_a_kernel_error_names_page_size(tmp_path: Path) -> None:
+    name = "ascend-npu-fia-page-size-1-block-size-align-16"
+    contract = _decide(tmp_path, name)
+    assert contract["action"] == "fix" and _touched(contract) == {"--page-size"}, contract
+    # Without a chosen page size nothing the user chose is named: no fix invents one.
+    command = (
+        "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --device npu --attention-backend ascend"
+    )
+    assert "--page-size" not in _touched(_decide(tmp_path, name, command))
+
+
+def test_a_name_shared_by_another_setting_is_not_vllm_s_name(tmp_path: Path) -> None:
+    from specdoctor.playbooks.naming import named_exactly
+
+    assert named_exactly("--block-size", "block_size should be aligned to 16")
+    assert not named_exactly("--block-size", "weight_block_size must divide the shard")
+
+
+@pytest.mark.parametrize(
+    ("case", "setting"),
+    [
+        # "Server crashes ... when using Triton attention backend with pipeline parallelism."
+        ("pp-with-triton-attention-backend-layer0-indexerror", "--attention-backend"),
+        # "... error when add --enable-dp-attention option ..., and without it everything ok."
+        ("dp-attention-multinode-allgather-size-mismatch", "--enable-dp-attention"),
+    ],
+)
+def test_what_the_reporter_says_they_chose_is_the_suspect(tmp_path: Path, case: str, setting: str) -> None:
+    contract = _decide(tmp_path, case)
+    assert contract["action"] == "fix" and setting in _touched(contract), contract
+
+
+def test_the_reporter_naming_the_algorithm_does_not_blame_its_tuning(tmp_path: Path) -> None:
+    # "When serving Kimi-K2.5 with EAGLE3 speculative decoding enabled ...": EAGLE3 is the algorithm, which
+    # defines what is served; --speculative-eagle-topk shares a word with it and nothing more.
+    contract = _decide(tmp_path, "kimi-k25-eagle3-draft-clobbers-chunked-prefix-cache-assert")
+    assert contract["action"] == "stop", contract
+
+
+def test_a_failing_attention_backend_gives_way_to_the_portable_one(tmp_path: Path) -> None:
+    # Removing --attention-backend trtllm_mha lets SGLang choose again, and on Blackwell it may choose it.
+    contract = _decide(tmp_path, "llama4-trtllm-mha-fp8-kv-missing-context-kernel")
+    assert contract["action"] == "fix", contract
+    assert {"op": "set", "flag": "--attention-backend", "values": ["triton"]} in contract["edits"]
+
+
+def test_a_failing_triton_backend_is_taken_back(tmp_path: Path) -> None:
+    contract = _decide(tmp_path, "pp-with-triton-attention-backend-layer0-indexerror")
+    assert {"op": "remove", "flag": "--attention-backend"} in contract["edits"], contract
+
+
+def test_an_mla_model_s_backend_is_left_to_sglang(tmp_path: Path) -> None:
+    # A DeepSeek-family model (its forward is in deepseek_common) runs on backends of its own kind.
+    contract = _decide(tmp_path, "glm5-fp8-mi325x-forced-aiter-backend-mha-k-triton-compile-error")
+    assert {"op": "remove", "flag": "--attention-backend"} in contract["edits"], contract
