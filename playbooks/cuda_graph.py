@@ -16,7 +16,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.parallel import CUSTOM_ALLREDUCE, use_nccl_allreduce
-from specdoctor.playbooks.suspects import revert_prime_suspect
+from specdoctor.playbooks.suspects import revert_lone_choice, revert_prime_suspect
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 CAPTURE_FAILED_LINE = r"Capture (?:cuda|CUDA) graph failed"
@@ -88,7 +88,9 @@ def capture_failed(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why="torch.compile is the experimental part of capture; try without it first",
             confidence=0.6,
         )
-    if chosen := revert_prime_suspect(ctx, "CUDA graph capture failed"):
+    if chosen := revert_prime_suspect(ctx, "CUDA graph capture failed") or revert_lone_choice(
+        ctx, "CUDA graph capture failed"
+    ):
         return chosen
     avail = [float(x) for x in _AVAIL.findall(text)]
     room = f" with {min(avail):.1f} GB still free" if avail else ""

@@ -10,7 +10,7 @@ from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import named_in
-from specdoctor.playbooks.suspects import revert_prime_suspect
+from specdoctor.playbooks.suspects import revert_lone_choice, revert_prime_suspect
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 # Settings CUDA graphs cannot capture (SGLang documents each of these).
@@ -35,6 +35,15 @@ def feature_named_in_error(ctx: Context, m: re.Match[str] | None) -> Decision | 
     if ctx.root.kind not in ("exception", "traceback-cut", "message"):
         return None
     return revert_prime_suspect(ctx, "SGLang failed")
+
+
+@playbook(
+    id="sglang.feature.lone-choice", category="other", when=("exited", "hung", "unhealthy"), priority=84
+)
+def lone_choice(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A traceback cut before its error, after every rule that reads its words had its turn: the one
+    forward-pass setting the command changed is the only lead (below the unattended bar)."""
+    return revert_lone_choice(ctx, "SGLang failed")
 
 
 @playbook(

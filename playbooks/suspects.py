@@ -40,6 +40,7 @@ _WEIGHTS = {
     "help in stack": 2,
     "area in stack": 2,
     "name in stack": 1,
+    "the one choice on a cut path": 1,
 }
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
@@ -301,4 +302,50 @@ _HOW = {
     "name in stack": "the traceback's files and functions name it",
     "help in stack": "its --help names the module the traceback runs through",
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
+    "the one choice on a cut path": "the log stops inside the model's forward pass, and of the settings that "
+    "choose how that pass runs it is the only one the command changed",
 }
+
+
+# Settings that choose the code the model's forward pass runs (kernels, dtypes, attention layout).
+_FORWARD_CHOICE = re.compile(
+    r"attention-backend$|^--kv-cache-dtype$|^--quantization$|^--enable-dp-attention$|"
+    r"^--moe-(?:a2a|runner)-backend$|^--enable-mixed-chunk$|gemm-backend$"
+)
+
+
+def lone_forward_choice(ctx: Context) -> Suspect | None:
+    """When a traceback is cut before its error, the one setting the command changed among those that
+    choose the forward pass's code, if there is exactly one: a suspect, never a finding."""
+    if ctx.root.kind != "traceback-cut":
+        return None
+    found = []
+    for option in ctx.spec.options():
+        flag = ctx.view.canon(option.name)
+        info = ctx.catalog.get(flag)
+        if _FORWARD_CHOICE.search(flag) and _chosen(option, info):
+            found.append(
+                _suspect(
+                    flag,
+                    "the one choice on a cut path",
+                    (flag,),
+                    _take_back(flag, " ".join(option.values), info, ctx),
+                )
+            )
+    return found[0] if len(found) == 1 else None
+
+
+def revert_lone_choice(ctx: Context, failure: str) -> Decision | None:
+    """Take back the one forward-pass choice of a cut traceback (a guess: below the unattended bar)."""
+    found = lone_forward_choice(ctx)
+    if found is None:
+        return None
+    undo = "; ".join(e.describe() for e in found.edits)
+    return fix(
+        ctx,
+        found.edits,
+        category_of(found.setting),
+        f"{failure}; the log stops inside the traceback ({(ctx.root.error_line or '').strip()})",
+        why=f"{_HOW[found.how]} ({found.setting}); {undo} puts the launch back on SGLang's default path",
+        confidence=0.45,
+    )

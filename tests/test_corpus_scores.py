@@ -32,12 +32,12 @@ FLOORS = {
     "corpus": (17, 0),
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
-    "corpus-fresh": (15, 0),
-    "corpus-fresh-2": (16, 0),
-    "corpus-fresh-3": (24, 2),
-    "corpus-fresh-4": (9, 0),
-    "corpus-fresh-5": (6, 2),
-    "corpus-fresh-6": (5, 0),
+    "corpus-fresh": (18, 0),
+    "corpus-fresh-2": (17, 0),
+    "corpus-fresh-3": (27, 1),
+    "corpus-fresh-4": (10, 0),
+    "corpus-fresh-5": (7, 2),
+    "corpus-fresh-6": (6, 0),
 }
 
 

@@ -117,3 +117,37 @@ def test_an_mla_model_s_backend_is_left_to_sglang(tmp_path: Path) -> None:
     # A DeepSeek-family model (its forward is in deepseek_common) runs on backends of its own kind.
     contract = _decide(tmp_path, "glm5-fp8-mi325x-forced-aiter-backend-mha-k-triton-compile-error")
     assert {"op": "remove", "flag": "--attention-backend"} in contract["edits"], contract
+
+
+@pytest.mark.parametrize(
+    ("case", "edit"),
+    [
+        # Capture cut inside the forward pass; --attention-backend flashinfer is the one forward choice.
+        (
+            "exaone-head-dim-80-flashinfer-unsupported-use-triton",
+            {"op": "set", "flag": "--attention-backend", "values": ["triton"]},
+        ),
+        # Cut in init_all_cuda_graphs; --quantization modelopt_fp4 on a bf16 checkpoint is the one.
+        (
+            "gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index",
+            {"op": "remove", "flag": "--quantization"},
+        ),
+        # A faulthandler dump (no exception line); --enable-mixed-chunk is the one.
+        ("mlx-mixed-chunk-mps-cat-segfault", {"op": "remove", "flag": "--enable-mixed-chunk"}),
+    ],
+)
+def test_a_cut_traceback_with_one_forward_choice_takes_it_back_unsure(
+    tmp_path: Path, case: str, edit: dict
+) -> None:
+    contract = _decide(tmp_path, case)
+    assert contract["action"] == "fix" and contract["edits"] == [edit], contract
+    assert contract["confidence"] < 0.5, "a guess must not be applied unattended"
+
+
+def test_a_cut_traceback_with_two_forward_choices_is_no_guess(tmp_path: Path) -> None:
+    # flashmla and an fp8 KV cache: either could be why; neither is taken back on a guess.
+    contract = _decide(tmp_path, "flashmla-fp8-kv-cache-graph-capture-exception")
+    assert contract["action"] == "stop", contract
+    name = "exaone-head-dim-80-flashinfer-unsupported-use-triton"
+    command = _case(name)["command"].replace(" --attention-backend flashinfer", "")
+    assert _decide(tmp_path, name, command)["action"] == "stop"

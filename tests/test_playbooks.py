@@ -692,6 +692,10 @@ FRESH4 = [
 FRESH5 = [
     ("diffusion-serve-rejects-served-model-name", "sglang.argparse"),
 ]
+# The reading generalised after corpus-fresh-6 (tests/test_failure_reading.py) answers these, two logs of
+# different formats (a faulthandler dump, a cut Python traceback).
+FRESH2 += [("mlx-mixed-chunk-mps-cat-segfault", "sglang.feature.lone-choice")]
+FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
     [("corpus-fresh", c, p) for c, p in FRESH]
     + [("corpus-fresh-5", c, p) for c, p in FRESH5]
