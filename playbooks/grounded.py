@@ -163,8 +163,13 @@ def _to_allowed_or_default(
         why=f"the check ({reading.site.condition or reading.site.template}) fails on {read.flag} {read.value}; "
         f"setting it {what} takes the launch off the failing path",
         evidence=_evidence(ctx, reading),
-        # One suspect the check trips on is a finding; several the user set are a ranking, not a proof.
-        confidence=0.7 if read.trips and not several else 0.55 if not several else 0.45,
+        # One suspect the check trips on is a finding; several the user set are a ranking, not a proof, and
+        # so is one whose value the check's comparisons do not show to fail.
+        confidence=0.7
+        if read.trips and not several
+        else 0.55
+        if not several and read.trips is not None
+        else 0.45,
     )
 
 

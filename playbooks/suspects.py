@@ -291,7 +291,8 @@ def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = fr
             f"{_HOW[found.how]} ({', '.join(found.words)}), for {found.setting}, a setting the command chose; "
             f"back at SGLang's default ({undo}) the launch takes the engine's default path"
         ),
-        confidence=0.6 if found.weight >= 3 else 0.45,
+        # Taking back a capability (LoRA adapters, a quantization) changes what is served: a person's call.
+        confidence=0.6 if found.weight >= 3 and _class_rank(found.setting) == 0 else 0.45,
     )
 
 

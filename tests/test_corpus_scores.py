@@ -36,7 +36,7 @@ FLOORS = {
     "corpus-fresh-2": (17, 0),
     "corpus-fresh-3": (27, 1),
     "corpus-fresh-4": (10, 0),
-    "corpus-fresh-5": (7, 2),
+    "corpus-fresh-5": (7, 0),
     "corpus-fresh-6": (6, 0),
 }
 

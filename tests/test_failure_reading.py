@@ -151,3 +151,18 @@ def test_a_cut_traceback_with_two_forward_choices_is_no_guess(tmp_path: Path) ->
     name = "exaone-head-dim-80-flashinfer-unsupported-use-triton"
     command = _case(name)["command"].replace(" --attention-backend flashinfer", "")
     assert _decide(tmp_path, name, command)["action"] == "stop"
+
+
+def test_taking_back_what_is_served_is_never_applied_unasked(tmp_path: Path) -> None:
+    # The error names LoRA (the adapters are what this server is for): dropping --enable-lora is for a
+    # person to decide, so the fix stays below the unattended bar.
+    contract = _decide(tmp_path, "gemma4-e2b-peft-lora-missing-v-proj-kv-sharing-layers")
+    assert contract["action"] == "fix" and contract["confidence"] < 0.5, contract
+    assert [e["flag"] for e in contract["edits"]] == ["--enable-lora"]
+
+
+def test_a_check_that_does_not_show_the_value_failing_is_a_guess(tmp_path: Path) -> None:
+    # chunked_prefill_size must be divisible by page_size, with --chunked-prefill-size -1: the check as
+    # SGLang now writes it skips -1, so blaming --page-size is not a finding.
+    contract = _decide(tmp_path, "chunked-prefill-disabled-minus-one-page-size-divisibility-assert")
+    assert contract["action"] != "fix" or contract["confidence"] < 0.5, contract
