@@ -175,7 +175,9 @@ def _take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tu
     flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
     (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
     that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
-    portable = _PORTABLE_BACKEND.get(flag)
+    # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
+    on_gpu = ctx.view.get("--device") in (None, "cuda", "rocm", "auto")
+    portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
     sparse = _OWN_ATTENTION.search(f"{value} {ctx.search_text}")
     if portable and value != portable and info is not None and portable in info.choices and not sparse:
         return (SetFlag(flag=flag, values=(portable,)),)
@@ -315,10 +317,18 @@ _FORWARD_CHOICE = re.compile(
 )
 
 
+# Where the forward pass runs: the model runner, graph capture, model and layer code.
+_FORWARD_PASS = re.compile(
+    r"model_executor|/models/|/layers/|cuda_graph|graph_runner|hardware_backend|forward"
+)
+
+
 def lone_forward_choice(ctx: Context) -> Suspect | None:
     """When a traceback is cut before its error, the one setting the command changed among those that
     choose the forward pass's code, if there is exactly one: a suspect, never a finding."""
-    if ctx.root.kind != "traceback-cut":
+    if ctx.root.kind != "traceback-cut" or not any(
+        _FORWARD_PASS.search(f"{f.path} {f.function}") for f in ctx.root.frames
+    ):
         return None
     found = []
     for option in ctx.spec.options():

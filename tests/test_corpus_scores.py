@@ -38,6 +38,7 @@ FLOORS = {
     "corpus-fresh-4": (10, 0),
     "corpus-fresh-5": (7, 0),
     "corpus-fresh-6": (6, 0),
+    "corpus-fresh-7": (8, 0),
 }
 
 

@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from specdoctor.agent.diagnose import context_for
+from specdoctor.playbooks.naming import named_exactly
+from specdoctor.playbooks.suspects import _take_back
+from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.log_cause import extract_root_cause
-from tests.test_corpus_scores import contract_for
+from tests.test_corpus_scores import CAT, contract_for
 
 DATA = Path(__file__).parent / "data"
 
@@ -73,9 +77,7 @@ def test_vllm_s_name_for_the_page_size_in_a_kernel_error_names_page_size(tmp_pat
     assert "--page-size" not in _touched(_decide(tmp_path, name, command))
 
 
-def test_a_name_shared_by_another_setting_is_not_vllm_s_name(tmp_path: Path) -> None:
-    from specdoctor.playbooks.naming import named_exactly
-
+def test_a_name_shared_by_another_setting_is_not_vllm_s_name() -> None:
     assert named_exactly("--block-size", "block_size should be aligned to 16")
     assert not named_exactly("--block-size", "weight_block_size must divide the shard")
 
@@ -166,3 +168,17 @@ def test_a_check_that_does_not_show_the_value_failing_is_a_guess(tmp_path: Path)
     # SGLang now writes it skips -1, so blaming --page-size is not a finding.
     contract = _decide(tmp_path, "chunked-prefill-disabled-minus-one-page-size-divisibility-assert")
     assert contract["action"] != "fix" or contract["confidence"] < 0.5, contract
+
+
+def test_a_traceback_cut_outside_the_forward_pass_blames_no_forward_choice(tmp_path: Path) -> None:
+    # Cut in the tokenizer manager while serving a request (a preprocessing call lost an argument after a
+    # transformers upgrade): the NPU attention backend chosen in the command has nothing to do with it.
+    contract = _decide(tmp_path, "ascend-sgl-kernel-npu-update-transformers-interpolation-warmup")
+    assert contract["action"] == "stop", contract
+
+
+def test_an_npu_backend_is_never_swapped_for_a_gpu_one() -> None:
+    case = _case("ascend-npu-fia-page-size-1-block-size-align-16")
+    ctx = context_for(LaunchCommand.parse(case["command"]), CAT, case["log"].splitlines())
+    edits = _take_back("--attention-backend", "ascend", CAT.get("--attention-backend"), ctx)
+    assert [e.describe() for e in edits] == ["remove --attention-backend"]
