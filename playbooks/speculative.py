@@ -345,3 +345,41 @@ def backend_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | Non
         advice,
         confidence=0.7,
     )
+
+
+_DTYPE_CLASH = re.compile(
+    r"must have the same dtype|expected (?:mat1 and mat2|both \w+|all \w+) to have the same dtype|"
+    r"expected scalar type \w+ but found \w+|dtype mismatch",
+    re.I,
+)
+_HALF = (
+    ("bfloat16", re.compile(r"\bBFloat16\b|bfloat16|\bbf16\b")),
+    ("float16", re.compile(r"\bHalf\b|float16\b")),
+)
+
+
+@playbook(
+    id="sglang.spec.draft-dtype", category="spec-draft-mismatch", pattern=_DTYPE_CLASH.pattern, priority=12
+)
+def draft_dtype(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Tensors of two dtypes meet in a speculative launch: with --dtype auto the target and the draft each
+    load in their own checkpoint's dtype, and the draft's hidden states meet the target's weights. One
+    --dtype loads both the same."""
+    view = ctx.view
+    if view.algorithm is None or not view.has("--speculative-draft-model-path"):
+        return None
+    if view.get("--dtype") not in (None, "auto"):
+        return None
+    said = ctx.root_text or ctx.search_text
+    model_dtype = ctx.model.torch_dtype if ctx.model else None
+    named = [name for name, pattern in _HALF if pattern.search(said)]
+    target = model_dtype if model_dtype in ("bfloat16", "float16") else (named[0] if named else "bfloat16")
+    return fix(
+        ctx,
+        [SetFlag(flag="--dtype", values=(target,))],
+        "spec-draft-mismatch",
+        "the draft and the target compute in different dtypes",
+        why=f"--dtype auto loads the target and the draft each in its own checkpoint's dtype; --dtype {target} "
+        "loads both alike",
+        confidence=0.6,
+    )

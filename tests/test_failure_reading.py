@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specdoctor.agent.diagnose import context_for
+from specdoctor.agent.diagnose import context_for, decide
 from specdoctor.playbooks.naming import named_exactly
 from specdoctor.playbooks.suspects import _take_back
 from specdoctor.tools.command import LaunchCommand
@@ -182,3 +182,30 @@ def test_an_npu_backend_is_never_swapped_for_a_gpu_one() -> None:
     ctx = context_for(LaunchCommand.parse(case["command"]), CAT, case["log"].splitlines())
     edits = _take_back("--attention-backend", "ascend", CAT.get("--attention-backend"), ctx)
     assert [e.describe() for e in edits] == ["remove --attention-backend"]
+
+
+def test_a_draft_and_target_in_two_dtypes_get_one_dtype(tmp_path: Path) -> None:
+    # PR sgl-project/sglang#3431: "explicitly specify --dtype when the target model and draft model use
+    # different dtype"; the case's capture failed with "mat1 and mat2 must have the same dtype".
+    name = "eagle-draft-fp16-target-bf16-dtype-mismatch-capture"
+    contract = _decide(tmp_path, name)
+    assert contract["playbook"] == "sglang.spec.draft-dtype", contract
+    assert contract["edits"] == [{"op": "set", "flag": "--dtype", "values": ["float16"]}]
+    # Without a draft there is no second checkpoint dtype: not this rule.
+    plain = "python3 -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct"
+    assert _decide(tmp_path, name, plain)["playbook"] != "sglang.spec.draft-dtype"
+
+
+def test_the_newer_torch_wording_of_a_dtype_clash_is_the_same_failure() -> None:
+    # sgl-project/SpecForge#348 (an EAGLE3 draft loaded as float16): its log and its title's error line.
+    log = [
+        "[2025-12-03 10:45:44] Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float16, avail mem=44.20 GB, mem usage=2.21 GB.",
+        "[2025-12-03 10:45:45] Capture draft cuda graph begin. This can take up to several minutes. avail mem=44.21 GB",
+        "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::Half",
+    ]
+    command = LaunchCommand.parse(
+        "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm "
+        "EAGLE3 --speculative-draft-model-path /drafts/llama31-eagle3"
+    )
+    decision = decide(context_for(command, CAT, log))
+    assert decision.playbook == "sglang.spec.draft-dtype", decision

@@ -694,7 +694,10 @@ FRESH5 = [
 ]
 # The reading generalised after corpus-fresh-6 (tests/test_failure_reading.py) answers these, two logs of
 # different formats (a faulthandler dump, a cut Python traceback).
-FRESH2 += [("mlx-mixed-chunk-mps-cat-segfault", "sglang.feature.lone-choice")]
+FRESH2 += [
+    ("mlx-mixed-chunk-mps-cat-segfault", "sglang.feature.lone-choice"),
+    ("eagle-draft-fp16-target-bf16-dtype-mismatch-capture", "sglang.spec.draft-dtype"),
+]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
     [("corpus-fresh", c, p) for c, p in FRESH]
