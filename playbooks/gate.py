@@ -31,6 +31,7 @@ from specdoctor.tools.command import (
 )
 from specdoctor.tools.edit_policy import Allowance, Classed, EditClass, edit_policy
 from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.sglang_facts import facts_for
 
 MAX_EDITS = 16
 MAX_TEXT = 512
@@ -274,6 +275,8 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return _number_problem(flag, value)
     if value in written or _respelled(value, written):
         return None  # the user's own value, moved, kept or respelled
+    if value in facts_for(catalog.version).named_values(flag.name):
+        return None  # a name built into SGLang (a chat template it registers), not a person's text
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 
 

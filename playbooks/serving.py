@@ -53,3 +53,33 @@ def served_name_read_as_adapter(ctx: Context, m: re.Match[str] | None) -> Decisi
         return None
     found = check_serving(ctx.view)[0]
     return fix(ctx, found.edits, "other", found.message, why=found.why, confidence=0.8)
+
+
+_NO_CHAT_TEMPLATE = (
+    r"chat_template is not set|Cannot use chat template functions|does not (?:have|define) a chat template"
+)
+
+
+@playbook(
+    id="sglang.serving.no-chat-template",
+    category="model-path",
+    when=("exited", "unhealthy", "degraded"),
+    pattern=_NO_CHAT_TEMPLATE,
+    priority=30,
+)
+def no_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """Chat requests fail because the tokenizer has no chat template: a base (pretrained) checkpoint has
+    none, and SGLang formats /v1/chat/completions with the tokenizer's unless --chat-template names one."""
+    if ctx.view.has("--chat-template"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--chat-template", values=("chatml",))],
+        "model-path",
+        "chat requests need a chat template, and this model's tokenizer has none",
+        why="--chat-template chatml gives the server a generic chat format (one of SGLang's built-in "
+        "templates); a base model was not trained on it, so its instruct or chat variant is the better model "
+        "for chat, and /generate serves the base model without a template",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.45,
+    )

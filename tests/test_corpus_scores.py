@@ -33,7 +33,7 @@ FLOORS = {
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
     "corpus-fresh": (18, 0),
-    "corpus-fresh-2": (17, 0),
+    "corpus-fresh-2": (19, 0),
     "corpus-fresh-3": (27, 1),
     "corpus-fresh-4": (10, 0),
     "corpus-fresh-5": (7, 0),

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from specdoctor.agent.diagnose import context_for, decide
+from specdoctor.agent.planner import gate
+from specdoctor.playbooks.base import fix
 from specdoctor.playbooks.naming import named_exactly
 from specdoctor.playbooks.suspects import _take_back
-from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.command import LaunchCommand, SetFlag
 from specdoctor.tools.log_cause import extract_root_cause
 from tests.test_corpus_scores import CAT, contract_for
 
@@ -209,3 +211,29 @@ def test_the_newer_torch_wording_of_a_dtype_clash_is_the_same_failure() -> None:
     )
     decision = decide(context_for(command, CAT, log))
     assert decision.playbook == "sglang.spec.draft-dtype", decision
+
+
+def test_a_tokenizer_without_a_chat_template_gets_a_built_in_one(tmp_path: Path) -> None:
+    contract = _decide(tmp_path, "base-model-no-chat-template-openai-chat")
+    assert contract["edits"] == [{"op": "set", "flag": "--chat-template", "values": ["chatml"]}], contract
+    assert contract["confidence"] < 0.5, "a base model was not trained on any chat format: a person decides"
+    # sgl-project/sglang#3385, its error as the server logged it (the same base model, another release).
+    log = [
+        "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no "
+        "template argument was passed!"
+    ]
+    base = "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.2-1B --port 8000"
+    assert (
+        decide(context_for(LaunchCommand.parse(base), CAT, log)).playbook == "sglang.serving.no-chat-template"
+    )
+    chosen = LaunchCommand.parse(f"{base} --chat-template /templates/mine.jinja")
+    assert decide(context_for(chosen, CAT, log)).playbook != "sglang.serving.no-chat-template"
+
+
+def test_the_gate_takes_a_template_sglang_registers_and_no_invented_one() -> None:
+    command = LaunchCommand.parse("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.2-1B")
+    ctx = context_for(command, CAT, ["ValueError: boom"])
+    built_in = fix(ctx, [SetFlag(flag="--chat-template", values=("chatml",))], "other", "s", why="w")
+    invented = fix(ctx, [SetFlag(flag="--chat-template", values=("/tmp/evil.jinja",))], "other", "s", why="w")
+    assert not gate(ctx, built_in)
+    assert gate(ctx, invented)

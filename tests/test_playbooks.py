@@ -697,6 +697,7 @@ FRESH5 = [
 FRESH2 += [
     ("mlx-mixed-chunk-mps-cat-segfault", "sglang.feature.lone-choice"),
     ("eagle-draft-fp16-target-bf16-dtype-mismatch-capture", "sglang.spec.draft-dtype"),
+    ("base-model-no-chat-template-openai-chat", "sglang.serving.no-chat-template"),
 ]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (

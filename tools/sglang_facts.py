@@ -89,6 +89,14 @@ class EngineFacts(BaseModel):
         default=("triton", "flashinfer", "fa3", "auto"),
         description="Backend names that run on most NVIDIA/AMD GPUs, preferred when a check allows several.",
     )
+    chat_templates: tuple[str, ...] = Field(
+        default=(),
+        description="Names --chat-template accepts besides a file: the conversation templates SGLang registers.",
+    )
+
+    def named_values(self, flag: str) -> tuple[str, ...]:
+        """Values of a free-text flag that name something built into SGLang (not a user's file or text)."""
+        return self.chat_templates if flag == "--chat-template" else ()
 
 
 _MTP_TARGETS = (
@@ -142,6 +150,29 @@ def releases() -> dict[str, EngineFacts]:
                 pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
             ),
             acceptance=Acceptance(working={"NGRAM": 1.1}),
+            # srt/parser/conversation.py: register_conv_template(Conversation(name=...)).
+            chat_templates=(
+                "llama-2",
+                "mistral",
+                "devstral",
+                "llama-4",
+                "phi-4-mm",
+                "chatml",
+                "chatml-llava",
+                "vicuna_v1.1",
+                "llama_3_vision",
+                "llava_llama_3",
+                "internlm2-chat",
+                "internvl-2-5",
+                "qwen2-vl",
+                "deepseek-vl2",
+                "gemma-it",
+                "minicpmv",
+                "janus-pro",
+                "minicpmo",
+                "kimi-vl",
+                "qwen2-audio",
+            ),
         ),
     }
 
