@@ -15,6 +15,7 @@ _FAMILIES = (
     "model",
     "hardware",
     "message_asks",
+    "engine_advice",
     "features",
     "backends",
     "grounded",

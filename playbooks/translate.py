@@ -13,7 +13,7 @@ from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.view import CommandView, as_int
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand, Option, RemoveFlag, RenameFlag, SetFlag
-from specdoctor.tools.flag_synonyms import Synonym
+from specdoctor.tools.flag_synonyms import BY_WRITTEN, Synonym
 from specdoctor.tools.system import model_facts
 
 _VLLM_METHODS = {
@@ -72,6 +72,23 @@ def translate_synonym(opt: Option, syn: Synonym, spec: LaunchCommand, catalog: F
         why=why,
         confidence=0.9 if edits else 0.0,
     )
+
+
+def spelled_today(
+    flag: str, values: tuple[str, ...], spec: LaunchCommand, catalog: FlagCatalog
+) -> tuple[Edit, ...]:
+    """The edits that give `flag values` (a flag of another release, named in advice rather than written in
+    the command) in this catalog's spelling; () when no synonym knows it."""
+    syn = BY_WRITTEN.get(flag)
+    if syn is None or syn.target is None:
+        return ()
+    found = translate_synonym(Option(name=flag, values=values), syn, spec, catalog)
+    edits: list[Edit] = []
+    for edit in found.edits:
+        if isinstance(edit, RemoveFlag) and edit.flag == flag:
+            continue
+        edits.append(SetFlag(flag=edit.to, values=values) if isinstance(edit, RenameFlag) else edit)
+    return tuple(edits)
 
 
 def _algorithm_after(spec: LaunchCommand, catalog: FlagCatalog) -> str | None:
@@ -223,6 +240,16 @@ def _enforce_eager(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Tr
     ), "vLLM's eager mode is SGLang's --disable-cuda-graph"
 
 
+def _prefill_graphs_off(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
+    return (
+        (
+            RemoveFlag(flag=opt.name),
+            SetFlag(flag="--cuda-graph-backend-prefill", values=("disabled",)),
+        ),
+        "the piecewise (prefill) CUDA graphs are turned off per phase now: --cuda-graph-backend-prefill disabled",
+    )
+
+
 def _expert_parallel(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -> Translation:
     tp = CommandView(spec, catalog).tp
     return (RemoveFlag(flag=opt.name), SetFlag(flag="--ep-size", values=(str(tp),))), (
@@ -242,6 +269,7 @@ _RULES: dict[str, Callable[[Option, LaunchCommand, FlagCatalog], Translation]] =
     "speculative_config": _speculative_config,
     "speculative_method": _speculative_method,
     "enforce_eager": _enforce_eager,
+    "prefill_graphs_off": _prefill_graphs_off,
     "expert_parallel": _expert_parallel,
     "drop_value": _drop_value,
 }

@@ -237,3 +237,50 @@ def test_the_gate_takes_a_template_sglang_registers_and_no_invented_one() -> Non
     invented = fix(ctx, [SetFlag(flag="--chat-template", values=("/tmp/evil.jinja",))], "other", "s", why="w")
     assert not gate(ctx, built_in)
     assert gate(ctx, invented)
+
+
+_PCG_NSA_LOG = [
+    # sgl-project/sglang PR #23351 (piecewise CUDA graphs with NSA), as its comment quotes the server log.
+    "[2026-05-22 04:54:32 TP6] Piecewise CUDA Graph failed with error: Tensor match failed for "
+    "Tensor<8>[strides=<1>, dtype=int64, device=cuda:6] at /actions-runner/_work/sglang/sglang/python/sglang/"
+    "jit_kernel/csrc/dsa/fused_store_index_cache.cuh:107",
+    "- Root cause: Size mismatch for shape#0('num_tokens'): expected 6 but got 8",
+    "Piecewise CUDA Graph is enabled by default as an experimental feature.",
+    "To work around this error, add --disable-piecewise-cuda-graph to your launch command.",
+    "Please report this issue at https://github.com/sgl-project/sglang/issues/new/choose",
+    "[2026-05-22 04:54:32 TP6] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/actions-runner/_work/sglang/sglang/python/sglang/srt/managers/scheduler.py", line 3811, in '
+    "run_scheduler_process",
+    "    scheduler.run_event_loop()",
+]
+
+
+def test_the_engine_s_own_workaround_is_taken_in_today_s_spelling(tmp_path: Path) -> None:
+    # "To work around this error, add --disable-piecewise-cuda-graph": a flag of the log's release, which
+    # 0.5.23 spells --cuda-graph-backend-prefill disabled.
+    want = [{"op": "set", "flag": "--cuda-graph-backend-prefill", "values": ["disabled"]}]
+    contract = _decide(tmp_path, "amd-piecewise-cuda-graph-forward-context-regression")
+    assert contract["playbook"] == "sglang.engine.advice" and contract["edits"] == want, contract
+    command = LaunchCommand.parse(
+        "python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8"
+    )
+    decision = decide(context_for(command, CAT, _PCG_NSA_LOG))
+    assert decision.playbook == "sglang.engine.advice", decision
+    assert [e.model_dump(mode="json") for e in decision.edits] == want
+
+
+def test_half_of_a_workaround_is_none(tmp_path: Path) -> None:
+    # "please use --mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1": the flag has no
+    # spelling in 0.5.23's catalog, so setting only the variable would be half the advice.
+    contract = _decide(tmp_path, "qwen35-mtp-radix-no-buffer-rocm")
+    assert contract["playbook"] != "sglang.engine.advice", contract
+
+
+def test_a_default_feature_the_report_names_is_switched_off(tmp_path: Path) -> None:
+    # "... EAGLE speculative decoding, and the default overlap schedule enabled, ... hangs."
+    contract = _decide(tmp_path, "dsv4-flash-dp-attention-eagle-overlap-chat-hang")
+    assert contract["edits"] == [{"op": "set", "flag": "--disable-overlap-schedule", "values": []}], contract
+    assert contract["confidence"] < 0.5
+    # A report that names no default feature gets no switch (its EAGLE3 is what is served).
+    other = _decide(tmp_path, "kimi-k25-eagle3-draft-clobbers-chunked-prefix-cache-assert")
+    assert other["playbook"] != "sglang.feature.default-named", other

@@ -699,6 +699,8 @@ FRESH2 += [
     ("eagle-draft-fp16-target-bf16-dtype-mismatch-capture", "sglang.spec.draft-dtype"),
     ("base-model-no-chat-template-openai-chat", "sglang.serving.no-chat-template"),
 ]
+FRESH += [("amd-piecewise-cuda-graph-forward-context-regression", "sglang.engine.advice")]
+FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
     [("corpus-fresh", c, p) for c, p in FRESH]
@@ -707,7 +709,7 @@ CASES = (
     + [("corpus-extra", c, p) for c, p in EXTRA]
     + [("corpus-blind", c, p) for c, p in BLIND]
     + [("corpus-fresh-2", c, p) for c, p in FRESH2]
-    + [("corpus-fresh-3", c, p) for c, p in FRESH3]
+    + [("corpus-fresh-3", c, p) for c, p in FRESH3 + FRESH3_MORE]
 )
 
 

@@ -126,6 +126,13 @@ SYNONYMS: tuple[Synonym, ...] = (
     _renamed(
         "--enable-piecewise-cuda-graph", None, "prefill graphs are chosen with --cuda-graph-backend-prefill"
     ),
+    Synonym(
+        written="--disable-piecewise-cuda-graph",
+        origin="sglang-renamed",
+        target="--cuda-graph-backend-prefill",
+        note="prefill graphs are chosen per phase since 0.5.2x; `disabled` turns them off",
+        translate="prefill_graphs_off",
+    ),
     _renamed("--enable-nan-detection", None, "removed from SGLang"),
     _renamed("--speculative-ngram-min-match-window-size", None, "removed in 0.5.10"),
     _renamed("--speculative-ngram-max-match-window-size", None, "removed in 0.5.10"),
