@@ -8,7 +8,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import largest_tp, visible_gpus
-from specdoctor.tools.command import SetFlag
+from specdoctor.tools.command import SetEnv, SetFlag
 
 CUSTOM_ALLREDUCE = r"custom_all_reduce|CustomAllreduce|register_graph_buffers"
 """Frames and names of SGLang's custom all-reduce, which needs CUDA IPC between the GPUs."""
@@ -182,4 +182,34 @@ def odd_tp(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         + ("; it needs that many GPUs" if target > tp else "; the model must still fit"),
         # Unread head counts make this an educated guess, not something to apply unasked.
         confidence=0.55 if heads is not None else 0.45,
+    )
+
+
+_GPU_FAULT_ON_ROCM = (
+    r"HSA_STATUS_ERROR_EXCEPTION|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION|Memory access fault by GPU"
+)
+
+
+@playbook(id="sglang.parallel.amd-allreduce", category="nccl", pattern=_GPU_FAULT_ON_ROCM, priority=40)
+def amd_allreduce_fault(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A GPU fault on ROCm with tensor parallelism. SGLang runs AITER's custom all-reduce on AMD by default
+    (`SGLANG_USE_AITER_AR`, default true, in device_communicators/custom_all_reduce.py), a kernel that runs
+    only when TP > 1 and whose faults take down every rank's queue at once; turning it off falls back to
+    SGLang's own all-reduce."""
+    view = ctx.view
+    if (
+        view.tp <= 1
+        or view.has("--disable-custom-all-reduce")
+        or "SGLANG_USE_AITER_AR" in ctx.spec.env_dict()
+    ):
+        return None
+    return fix(
+        ctx,
+        [SetEnv(name="SGLANG_USE_AITER_AR", value="0")],
+        "nccl",
+        "a GPU fault on ROCm with tensor parallelism, where AITER's all-reduce runs by default",
+        why="SGLANG_USE_AITER_AR=0 replaces AMD's default AITER all-reduce with SGLang's own; the fault names "
+        "no kernel, so this is the first suspect of a TP-only fault, not a finding",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.45,
     )

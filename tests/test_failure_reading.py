@@ -284,3 +284,21 @@ def test_a_default_feature_the_report_names_is_switched_off(tmp_path: Path) -> N
     # A report that names no default feature gets no switch (its EAGLE3 is what is served).
     other = _decide(tmp_path, "kimi-k25-eagle3-draft-clobbers-chunked-prefix-cache-assert")
     assert other["playbook"] != "sglang.feature.default-named", other
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3",  # MI300X, during graph capture
+        "rocm-mi325x-qwen35-aiter-custom-allreduce-hsa-0x1016",  # MI325X, under load
+    ],
+)
+def test_a_gpu_fault_on_rocm_with_tensor_parallelism_turns_off_aiter_s_all_reduce(
+    tmp_path: Path, case: str
+) -> None:
+    contract = _decide(tmp_path, case)
+    assert contract["edits"] == [{"op": "set_env", "name": "SGLANG_USE_AITER_AR", "value": "0"}], contract
+    assert contract["confidence"] < 0.5
+    # One GPU runs no all-reduce: the fault is something else.
+    single = _case(case)["command"].replace("--tp-size 8", "").replace("--tp 8", "")
+    assert _decide(tmp_path, case, single)["playbook"] != "sglang.parallel.amd-allreduce"

@@ -700,6 +700,7 @@ FRESH2 += [
     ("base-model-no-chat-template-openai-chat", "sglang.serving.no-chat-template"),
 ]
 FRESH += [("amd-piecewise-cuda-graph-forward-context-regression", "sglang.engine.advice")]
+FRESH6 = [("rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3", "sglang.parallel.amd-allreduce")]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
@@ -710,6 +711,7 @@ CASES = (
     + [("corpus-blind", c, p) for c, p in BLIND]
     + [("corpus-fresh-2", c, p) for c, p in FRESH2]
     + [("corpus-fresh-3", c, p) for c, p in FRESH3 + FRESH3_MORE]
+    + [("corpus-fresh-6", c, p) for c, p in FRESH6]
 )
 
 
