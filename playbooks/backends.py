@@ -228,3 +228,27 @@ _OTHER_CAUSE = re.compile(
     re.I,
 )
 _ATTENTION = re.compile(r"attention|attn|backend|mla|kv_lora_rank|rope_head_dim|head_dim", re.I)
+
+
+_AITER_ARCH = (
+    r"One of GPU archs of \[[^\]]*\] is invalid or not supported|Unknown GPU architecture: gfx\w+\. Supported"
+)
+
+
+@playbook(id="sglang.backend.aiter-arch", category="attention-backend", pattern=_AITER_ARCH, priority=24)
+def aiter_arch(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """AITER, SGLang's default attention kernels on ROCm, does not build for this GPU (a Radeon or an
+    Instinct it has no kernels for); the Triton backend runs on every ROCm GPU."""
+    chosen = ctx.view.get("--attention-backend")
+    if chosen not in (None, "aiter") or "triton" not in _choices(ctx, "--attention-backend"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--attention-backend", values=("triton",))],
+        "attention-backend",
+        "AITER has no kernels for this GPU's architecture",
+        why="on ROCm SGLang picks AITER for attention unless told otherwise; --attention-backend triton "
+        "compiles for any ROCm GPU",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
+    )

@@ -37,7 +37,7 @@ FLOORS = {
     "corpus-fresh-3": (28, 1),
     "corpus-fresh-4": (10, 0),
     "corpus-fresh-5": (7, 0),
-    "corpus-fresh-6": (7, 0),
+    "corpus-fresh-6": (8, 0),
     "corpus-fresh-7": (9, 0),
 }
 

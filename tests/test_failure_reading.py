@@ -302,3 +302,23 @@ def test_a_gpu_fault_on_rocm_with_tensor_parallelism_turns_off_aiter_s_all_reduc
     # One GPU runs no all-reduce: the fault is something else.
     single = _case(case)["command"].replace("--tp-size 8", "").replace("--tp 8", "")
     assert _decide(tmp_path, case, single)["playbook"] != "sglang.parallel.amd-allreduce"
+
+
+def test_a_gpu_aiter_has_no_kernels_for_gets_triton_attention(tmp_path: Path) -> None:
+    contract = _decide(tmp_path, "rdna-gfx1151-default-aiter-arch-unsupported-use-triton")
+    assert contract["edits"] == [{"op": "set", "flag": "--attention-backend", "values": ["triton"]}], contract
+    # gpustack/gpustack#3345: the same refusal worded by AITER's chip table, on an RX 7800-class gfx1101.
+    log = [
+        '  File "/usr/local/lib/python3.12/dist-packages/aiter/jit/utils/chip_info.py", line 65, in '
+        "get_gfx_custom_op_core",
+        "    raise KeyError(",
+        "KeyError: \"Unknown GPU architecture: gfx1101. Supported architectures: ['native', 'gfx90a', 'gfx908', "
+        "'gfx940', 'gfx941', 'gfx942', 'gfx945', 'gfx1100', 'gfx950']\"",
+    ]
+    command = LaunchCommand.parse("python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B")
+    assert decide(context_for(command, CAT, log)).playbook == "sglang.backend.aiter-arch"
+    # A backend the user chose that is not AITER is not this rule's to change.
+    chosen = LaunchCommand.parse(
+        "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --attention-backend wave"
+    )
+    assert decide(context_for(chosen, CAT, log)).playbook != "sglang.backend.aiter-arch"

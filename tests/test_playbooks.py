@@ -700,7 +700,10 @@ FRESH2 += [
     ("base-model-no-chat-template-openai-chat", "sglang.serving.no-chat-template"),
 ]
 FRESH += [("amd-piecewise-cuda-graph-forward-context-regression", "sglang.engine.advice")]
-FRESH6 = [("rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3", "sglang.parallel.amd-allreduce")]
+FRESH6 = [
+    ("rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3", "sglang.parallel.amd-allreduce"),
+    ("rdna-gfx1151-default-aiter-arch-unsupported-use-triton", "sglang.backend.aiter-arch"),
+]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
