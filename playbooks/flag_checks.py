@@ -6,11 +6,11 @@ flags playbook), so the two can never disagree about what a flag means.
 
 from __future__ import annotations
 
-import json
 import re
 from difflib import SequenceMatcher
 
 from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.json_values import as_json, is_json, reads_json
 from specdoctor.playbooks.translate import translate_synonym
 from specdoctor.playbooks.view import as_float, as_int
 from specdoctor.tools.catalog import FlagCatalog, Resolution
@@ -369,25 +369,30 @@ def _closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | No
 
 
 def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
-    kind = flag.value_type
+    kind = "json" if reads_json(flag) else flag.value_type
     ok = {
         "int": lambda v: _is_int(v),
         "human_readable_int": lambda v: as_int(v) is not None,
         "float": lambda v: as_float(v) is not None,
-        "json": _is_json,
+        "json": is_json,
     }.get(kind or "")
     problems: list[Finding] = []
     if ok is not None and not ok(value):
         what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
+        respelled = as_json(value) if kind == "json" else None
         problems.append(
             Finding(
                 code="bad-value",
                 severity="error",
-                category="flag-name",
+                # argparse rejects a value of its own type; JSON in a text flag fails later, in the engine.
+                category="flag-name" if kind == flag.value_type else "other",
                 flag=opt.name,
-                message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`",
+                message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`"
+                + (" (Python's syntax: SGLang reads it with json.loads)" if respelled else ""),
                 evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
-                confidence=0.0,
+                edits=(SetFlag(flag=flag.name, values=(respelled,)),) if respelled else (),
+                why="the same keys and values in JSON's spelling (double quotes)" if respelled else "",
+                confidence=0.9 if respelled else 0.0,
             )
         )
     problems.extend(_range(opt, flag, value))
@@ -397,14 +402,6 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
 def _is_int(value: str) -> bool:
     try:
         int(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_json(value: str) -> bool:
-    try:
-        json.loads(value)
     except ValueError:
         return False
     return True

@@ -273,7 +273,7 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None if value in known or value in written else f"{value!r} is not an algorithm SGLang has"
     if flag.value_type in _NUMERIC or (flag.value_type is None and _NUMBER.match(value)):
         return _number_problem(flag, value)
-    if value in written or _respelled(value, written):
+    if value in written or _respelled(value, written) or _requoted(value, written):
         return None  # the user's own value, moved, kept or respelled
     if value in facts_for(catalog.version).named_values(flag.name):
         return None  # a name built into SGLang (a chat template it registers), not a person's text
@@ -286,6 +286,19 @@ def _respelled(value: str, written: set[str]) -> bool:
     but the user."""
     words = re.split(r"[-_.:/]", value)
     return any(_run_of(words, re.split(r"[-_.:/]", w)) for w in written)
+
+
+def _requoted(value: str, written: set[str]) -> bool:
+    """The user's value with only its quoting, spacing and literal spelling changed (Python's
+    `{'a': True}` → JSON's `{"a": true}`): the same words otherwise, in the same order."""
+    bare = _unquoted(value)
+    return bool(bare) and any(_unquoted(w) == bare for w in written)
+
+
+def _unquoted(text: str) -> str:
+    """Without quotes and spaces, Python's True/False/None read as JSON's true/false/null."""
+    text = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", text)))
+    return re.sub(r"[\s'\"]", "", text)
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

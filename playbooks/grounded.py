@@ -17,7 +17,8 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_in
-from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED
+from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
 from specdoctor.tools.engine_source.remedies import remedies
@@ -39,6 +40,8 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     known = index.release(release)
     dests = index.dests(known) if known else {}
     reading = read_site(site, ctx.spec, ctx.catalog, dests)
+    if (off := _env_switch_off(ctx, reading)) is not None:
+        return off
     if _culprits(reading):
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
     if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
@@ -100,7 +103,30 @@ def _culprits(reading: SiteReading) -> list[FieldRead]:
     switches = [r for r in reading.suspects if r.guard and r.flag and r.value == "true"]
     tuning = [r for r in objected if policy.flag(r.flag or "").edit_class == "tuning"]
     ordered = [*tuning, *switches, *(r for r in objected if r not in tuning)]
+    # What is served (the speculative algorithm, the device) changes last, whatever its policy class.
+    ordered = [r for r in ordered if r.flag not in WHAT_IS_SERVED] + [
+        r for r in ordered if r.flag in WHAT_IS_SERVED
+    ]
     return list({r.field: r for r in reversed(ordered)}.values())[::-1]
+
+
+def _env_switch_off(ctx: Context, reading: SiteReading) -> Decision | None:
+    """An engine switch the user turned on (`SGLANG_ENABLE_X=1`) that the check reads, when the flags it
+    objects to define what is served: turning the switch back off is the smaller change."""
+    on = [e for e in reading.envs if e.set_by_user and (e.value or "") in TRUTHY]
+    if len(on) != 1 or any(r.flag not in WHAT_IS_SERVED for r in _culprits(reading)):
+        return None
+    env = on[0]
+    return fix(
+        ctx,
+        [SetEnv(name=env.name, value=TRUTHY[env.value or ""])],
+        _category(reading),
+        f"SGLang's check at {_where(reading)} runs because {env.name}={env.value}: {ctx.root.error_line or ''}".strip(),
+        why=f"the check ({reading.site.condition or reading.site.template}) is on {env.name}'s path; with it off "
+        "the launch keeps its speculative algorithm and other settings",
+        evidence=_evidence(ctx, reading),
+        confidence=0.6,
+    )
 
 
 def _where(reading: SiteReading) -> str:
@@ -117,7 +143,9 @@ def _change_a_suspect(
     # The engine's remedy may act on any flag its check reads (`requires --enable-x`): the name comes from
     # the engine's source, not from free log text.
     suspects = {r.flag for r in reading.reads if r.flag}
-    named = [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None]
+    named = _nearest_first(
+        [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None], ctx
+    )
     # The engine's own remedy, when it acts on a flag the check reads and the user set.
     for edit in named:
         if getattr(edit, "flag", None) in suspects or getattr(edit, "to", None) in suspects:
@@ -137,6 +165,21 @@ def _change_a_suspect(
         if decision is not None:
             return decision
     return None
+
+
+def _nearest_first(edits: list, ctx: Context) -> list:
+    """Values the message lists for one flag, nearest to the command's own first (`not in [0, 1, 3, 5,
+    7]` for 6 gives 5): the smallest change; the lower of two as near."""
+
+    def distance(edit) -> float:
+        flag, values = getattr(edit, "flag", None), getattr(edit, "values", ())
+        current = ctx.view.float(flag) if flag else None
+        try:
+            return abs(float(values[0]) - current) if current is not None and len(values) == 1 else 0.0
+        except ValueError:
+            return 0.0
+
+    return sorted(edits, key=distance)
 
 
 def _to_allowed_or_default(

@@ -13,7 +13,12 @@ from specdoctor.playbooks.naming import category_of, squeeze
 from specdoctor.playbooks.suspects import failing_path
 from specdoctor.tools.command import SetFlag
 
-_USE = re.compile(r"\b(?:use|using|try|switch to|set it to)\s+[`'\"]?([A-Za-z][\w.-]{2,60})", re.I)
+# Not a purpose or condition (`To use priority scheduling, ...`, `when using X`): those name what the
+# user asked for, not what to change.
+_USE = re.compile(
+    r"(?<!\bto )(?<!\bwhen )(?<!\bif )(?<!\bfor )\b(?:use|using|try|switch to|set it to)\s+[`'\"]?([A-Za-z][\w.-]{2,60})",
+    re.I,
+)
 # The class or enum spelling of a choice: `ModelOptFp4Config` is `modelopt_fp4`, `MoeRunnerBackend.TRITON`
 # is `triton`.
 _CLASS_PARTS = re.compile(r"(?:config|backend|method|runner|kernel|quant)$")

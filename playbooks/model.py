@@ -9,7 +9,7 @@ from specdoctor.playbooks.base import Context, StopRule, fix, playbook, stop, st
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.repo_ids import check_repo_ids
-from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
 _DERIVED = re.compile(
     r"User-specified context_length \((\d+)\) is greater than the derived context_length \((\d+)\)"
@@ -29,6 +29,17 @@ def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if fixable:
         found = fixable[0]
         return fix(ctx, found.edits, "model-path", found.message, why=found.why, confidence=found.confidence)
+    tokenizer = ctx.view.get("--tokenizer-path")
+    if tokenizer and tokenizer != ctx.view.get("--model-path") and _quoted(tokenizer, ctx.root_text):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--tokenizer-path")],
+            "model-path",
+            f"the tokenizer path {tokenizer} is neither a folder nor a Hub repo",
+            why="without --tokenizer-path SGLang reads the tokenizer from --model-path, which is where most "
+            "checkpoints keep it",
+            confidence=0.6,
+        )
     return stop(
         ctx,
         "model-path",
@@ -36,6 +47,11 @@ def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "Point --model-path (and --speculative-draft-model-path) at a folder containing config.json, or at a "
         "valid Hugging Face repo id.",
     )
+
+
+def _quoted(path: str, text: str) -> bool:
+    """The error names this path (quoted or at a word boundary), not merely a path that contains it."""
+    return re.search(rf"(?<![\w/.-]){re.escape(path)}(?![\w/.-])", text) is not None
 
 
 stop_rules(

@@ -13,6 +13,7 @@ _FAMILIES = (
     "network",
     "serving",
     "model",
+    "weights",
     "hardware",
     "message_asks",
     "engine_advice",

@@ -13,7 +13,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.command import SetFlag
+from specdoctor.tools.command import RemoveFlag, SetFlag
 
 _ADAPTER_MISSING = r"requested LoRA adapters? (?:are|is) not loaded: (?P<adapter>[^\s'\"\\,]+)"
 
@@ -82,4 +82,26 @@ def no_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "for chat, and /generate serves the base model without a template",
         evidence=(m.group(0),) if m else (),
         confidence=0.45,
+    )
+
+
+@playbook(
+    id="sglang.serving.unknown-chat-template",
+    category="other",
+    pattern=r"Chat template \S+ is not a built-in template name or a valid chat template file path",
+    priority=30,
+)
+def unknown_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--chat-template names neither a template SGLang registers nor a file here."""
+    if not ctx.view.has("--chat-template"):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--chat-template")],
+        "other",
+        f"--chat-template {ctx.view.get('--chat-template')} is neither a template SGLang has nor a file",
+        why="without --chat-template SGLang uses the chat template the tokenizer ships; a built-in one is named "
+        f"by --chat-template NAME ({', '.join(ctx.view.facts.chat_templates[:6])}, ...) or a .jinja file",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
     )

@@ -20,8 +20,7 @@ from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.flag_synonyms import vllm_names
 from specdoctor.tools.help_parser import FlagInfo
 
-# Flags that define what is served rather than how; a crash never makes them the smallest change.
-_NOT_SUSPECTS = frozenset(
+WHAT_IS_SERVED = frozenset(
     {
         "--speculative-algorithm",
         "--trust-remote-code",
@@ -31,8 +30,9 @@ _NOT_SUSPECTS = frozenset(
         "--dist-init-addr",
     }
 )
+"""Flags that define what is served rather than how; a failure never makes them the smallest change."""
 _PARALLEL = re.compile(r"^--(?:tp|pp|dp|ep|attn-dp|moe-dense-tp)-size$")
-_TRUTHY = {"1": "0", "true": "false", "True": "False", "TRUE": "FALSE", "yes": "no", "on": "off"}
+TRUTHY = {"1": "0", "true": "false", "True": "False", "TRUE": "FALSE", "yes": "no", "on": "off"}
 _WEIGHTS = {
     "value in error": 4,
     "value in stack": 3,
@@ -105,7 +105,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
         info = ctx.catalog.get(flag)
-        if flag in _NOT_SUSPECTS or policy.flag(flag).edit_class == "identity" or not _chosen(option, info):
+        if flag in WHAT_IS_SERVED or policy.flag(flag).edit_class == "identity" or not _chosen(option, info):
             continue
         value = " ".join(option.values)
         names = (flag, *(info.aliases if info else ()))
@@ -122,7 +122,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
                 None,
             )
             continue
-        switch = not option.values or value.lower() in _TRUTHY
+        switch = not option.values or value.lower() in TRUTHY
         values = [value] if value and not _numeric(value) else []
         yield (
             _strongest(flag, values, names, error, stack, edits)
@@ -199,7 +199,7 @@ def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | No
     for name, value in ctx.spec.env_dict().items():
         if not re.match(r"(?:SGLANG|SGL)_", name):
             continue
-        off = _TRUTHY.get(value)
+        off = TRUTHY.get(value)
         edits: tuple[Edit, ...] = (SetEnv(name=name, value=off),) if off else (UnsetEnv(name=name),)
         yield _strongest(name, [], (re.sub(r"^(?:SGLANG|SGL)_", "", name),), error, stack, edits)
 

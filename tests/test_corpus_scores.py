@@ -39,6 +39,7 @@ FLOORS = {
     "corpus-fresh-5": (7, 0),
     "corpus-fresh-6": (8, 0),
     "corpus-fresh-7": (9, 0),
+    "corpus-real-engine": (13, 0),
 }
 
 

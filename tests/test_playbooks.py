@@ -704,6 +704,11 @@ FRESH6 = [
     ("rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3", "sglang.parallel.amd-allreduce"),
     ("rdna-gfx1151-default-aiter-arch-unsupported-use-triton", "sglang.backend.aiter-arch"),
 ]
+# corpus-real-engine: recorded blind on the real SGLang 0.5.23 (3/13 before), read afterwards.
+REAL_ENGINE = [
+    ("chat-template-name-not-builtin", "sglang.serving.unknown-chat-template"),
+    ("load-format-pt-on-safetensors-model", "sglang.model.no-weights"),
+]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
@@ -715,6 +720,7 @@ CASES = (
     + [("corpus-fresh-2", c, p) for c, p in FRESH2]
     + [("corpus-fresh-3", c, p) for c, p in FRESH3 + FRESH3_MORE]
     + [("corpus-fresh-6", c, p) for c, p in FRESH6]
+    + [("corpus-real-engine", c, p) for c, p in REAL_ENGINE]
 )
 
 

@@ -151,6 +151,13 @@ _MUST_SET = rx(
     flag=FLAG_RX,
     cond=FLAG_RX,
 )
+# `you need to specify both --max-lora-rank and --lora-target-modules`
+_NEED_BOTH = rx(
+    r"\b(?:need|needs|have|has)\s+to\s+(?:specify|set|provide|pass|give)\s+(?:both\s+)?{flag}"
+    r"(?:\s*(?:,|and)\s*{other})?",
+    flag=FLAG_RX,
+    other=FLAG_RX,
+)
 _DISABLE = rx(
     NOT + r"\b(?:disable|turn off|remove|removing|drop|unset|omit)\s+(?:the\s+)?(?:flag\s+)?{flag}"
     r"(?:\s+or\s+{other})?",
@@ -176,6 +183,9 @@ def sets(msg: str, reader: FlagReader) -> Found:
             yield found
     for m in _BY.finditer(msg):
         yield set_remedy(reader, m["flag"], None, "use", m.group())
+    for m in _NEED_BOTH.finditer(msg):
+        for token in (m["flag"], m["other"]):
+            yield set_remedy(reader, token, None, "must-set", m.group())
     for m in _MUST_SET.finditer(msg):
         yield set_remedy(reader, m["flag"], None, "must-set", m.group())
         yield remove_remedy(reader, m["cond"], "must-set", m.group())
@@ -216,6 +226,11 @@ _BOUND_HEAD = (
     r"(?:be\s+)?"
 )
 _BOUND = rx(_BOUND_HEAD + r"(?:set\s+to\s+)?" + BOUND_OP + r"\s*" + _NUMBER, flag=FLAG_RX)
+# `... must be <= speculative_num_draft_tokens - 1 (11)`: the bound an f-string computed, in parentheses.
+_BOUND_COMPUTED = rx(
+    _BOUND_HEAD + BOUND_OP + r"\s*(?:--)?[a-z][\w-]*(?:\s*[-+*/]\s*[\w.]+)*\s*\((?P<num>-?\d+(?:\.\d+)?)\)",
+    flag=FLAG_RX,
+)
 _BOUND_BY_FLAG = rx(
     _BOUND_HEAD + BOUND_OP + r"\s*(?:double\s+|twice\s+)?(?:--[a-z0-9]|[a-z][a-z0-9]*_[a-z])", flag=FLAG_RX
 )
@@ -227,6 +242,12 @@ _ONE_OF = (
     ),
     rx(r"{flag}\s+(?:to|in|as)\s+one\s+of\s*:?\s*{items}", flag=FLAG_RX, items=LIST_RX),
     rx(r"\b(?:choose|pick|select)\s+{flag}\s+from\s*:?\s*{items}", flag=FLAG_RX, items=LIST_RX),
+    # `--speculative-num-steps=6 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]`
+    rx(
+        r"{flag}(?:\s*=\s*[\w.-]+)?\s+is\s+not\s+(?:in|one\s+of)\b[^.;\[{{(]{{0,60}}?{items}",
+        flag=FLAG_RX,
+        items=LIST_RX,
+    ),
 )
 
 
@@ -247,6 +268,8 @@ def bounds(msg: str, reader: FlagReader) -> Found:
     for m in _BOUND.finditer(msg):
         number = _NUMBER_WORDS.get(m["num"].lower(), m["num"])
         yield bound_remedy(reader, m["flag"], BOUND_WORDS[m["op"].lower()], number, "bound", m.group())
+    for m in _BOUND_COMPUTED.finditer(msg):
+        yield bound_remedy(reader, m["flag"], BOUND_WORDS[m["op"].lower()], m["num"], "bound", m.group())
     for m in _BOUND_BY_FLAG.finditer(msg):
         down = "<" in BOUND_WORDS[m["op"].lower()]
         yield direction_remedy(reader, m["flag"], down, "bound", m.group())

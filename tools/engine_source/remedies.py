@@ -11,6 +11,7 @@ free-form is taken from the message. A message that names no catalog flag gives 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from specdoctor.tools.catalog import FlagCatalog
@@ -19,6 +20,9 @@ from specdoctor.tools.engine_source.phrases_conflicts import conflicts, envs, on
 from specdoctor.tools.engine_source.remedy_model import FlagReader, Remedy
 
 __all__ = ["Remedy", "remedies"]
+
+
+_EXCEPTION_CLASS = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning)\s*:\s*")
 
 
 def remedies(
@@ -34,6 +38,9 @@ def remedies(
     be given as is: its `{placeholders}` never pass as values."""
     reader = FlagReader(catalog=catalog, dests=dests or {}, types=types or {})
     msg = " ".join(message.replace("{{", "{").replace("}}", "}").split())
+    # The exception's class is not part of what it says (`NotImplementedError: --x is only ...` has --x as
+    # its subject).
+    msg = _EXCEPTION_CLASS.sub("", msg)
     found = [
         *renames(msg, reader),
         *sets(msg, reader),

@@ -106,6 +106,8 @@ def set_remedy(
             edit = SetFlag(flag=flag.negation) if flag.negation else RemoveFlag(flag=flag.name)
             return Remedy(action="remove", flag=flag.name, edit=edit, rule=rule, phrase=phrase)
         return Remedy(action="set", flag=flag.name, edit=SetFlag(flag=flag.name), rule=rule, phrase=phrase)
+    if value is None and flag.nargs in ("*", "+") and "all" in (flag.choices or ()):
+        value = "all"  # asked for a list without one: the choice that names every item
     chosen = valid_value(flag, value, reader.number_type(flag))
     edit = SetFlag(flag=flag.name, values=(chosen,)) if chosen is not None else None
     return Remedy(action="set", flag=flag.name, edit=edit, rule=rule, phrase=phrase)

@@ -1,0 +1,38 @@
+"""Flags whose value SGLang reads with `json.loads`: a JSON-typed flag, or a text flag whose default is a
+JSON object (`--json-model-override-args '{}'`). A value written in Python's syntax (single quotes, True,
+None) is the commonest way to get one wrong; its JSON spelling has the same content, so it is a respelling
+of the user's own value, not a new one."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from specdoctor.tools.help_parser import FlagInfo
+
+
+def reads_json(flag: FlagInfo) -> bool:
+    default = (flag.default or "").strip("'\"")
+    return flag.value_type == "json" or (flag.value_type in (None, "str") and default in ("{}", "[]"))
+
+
+def is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def as_json(value: str) -> str | None:
+    """The JSON spelling of a Python literal dict or list, None when the value is not one."""
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(parsed, dict | list):
+        return None
+    try:
+        return json.dumps(parsed)
+    except (TypeError, ValueError):
+        return None

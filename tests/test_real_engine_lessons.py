@@ -1,0 +1,152 @@
+"""What corpus-real-engine (13 failures of the real SGLang 0.5.23, recorded blind on this CPU host; 3/13
+right before these rules) taught, each rule on its case and on a second real launch recorded here
+(tests/data/sglang-outputs), and each with the near miss it must not take."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
+from specdoctor.tools.catalog_load import bundled
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.engine_source.remedies import remedies
+from tests.test_corpus_scores import CAT, contract_for
+
+DATA = Path(__file__).parent / "data"
+PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
+
+
+def _case(tmp_path: Path, name: str, command: str | None = None) -> dict:
+    case = json.loads((DATA / "corpus-real-engine" / f"{name}.json").read_text())
+    if command is not None:
+        case["command"] = command
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(case))
+    return contract_for(path)
+
+
+def _recorded(name: str, command: str) -> dict:
+    text = (DATA / "sglang-outputs" / name).read_text()
+    lines = text.split("---- stdout+stderr ----", 1)[1].splitlines()
+    spec = LaunchCommand.parse(command)
+    ctx = context_for(spec, CAT, lines, outcome=outcome_from_log(lines, "startup-crash"))
+    decision = decide(ctx)
+    edits = [e.model_dump(mode="json") for e in getattr(decision, "edits", ())]
+    return {"playbook": decision.playbook, "action": decision.action, "edits": edits}
+
+
+@pytest.mark.parametrize(
+    ("case", "recorded", "command", "edits"),
+    [
+        (
+            "chat-template-name-not-builtin",
+            "chat-template-missing-jinja-file.rc1.txt",
+            f"{PY} --chat-template /tmp/no-such-template.jinja",
+            [{"op": "remove", "flag": "--chat-template"}],
+        ),
+        (
+            "load-format-pt-on-safetensors-model",
+            "load-format-npcache-on-safetensors-model.rc137.txt",
+            f"{PY} --load-format npcache",
+            [{"op": "remove", "flag": "--load-format"}],
+        ),
+        (
+            "tokenizer-path-nonexistent",
+            "tokenizer-path-missing-folder.rc1.txt",
+            f"{PY} --tokenizer-path /data/tokenizers/llama3",
+            [{"op": "remove", "flag": "--tokenizer-path"}],
+        ),
+        (
+            "env-dp-spec-prefill-coordination-with-ngram",
+            "dp-spec-coordination-with-standalone.rc1.txt",
+            f"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1 {PY} --speculative-algorithm STANDALONE "
+            "--speculative-draft-model-path /models/tiny-llama --speculative-num-steps 2 "
+            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 3",
+            [{"op": "set_env", "name": "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "value": "0"}],
+        ),
+    ],
+)
+def test_a_chosen_value_the_engine_rejects_is_taken_back(
+    tmp_path: Path, case: str, recorded: str, command: str, edits: list
+) -> None:
+    assert _case(tmp_path, case)["edits"] == edits
+    assert _recorded(recorded, command)["edits"] == edits
+
+
+def test_a_folder_without_weights_is_a_stop_when_no_format_was_chosen(tmp_path: Path) -> None:
+    contract = _case(tmp_path, "load-format-pt-on-safetensors-model", PY)
+    assert contract["action"] == "stop" and contract["category"] == "model-path", contract
+
+
+def test_a_missing_model_path_is_not_blamed_on_the_tokenizer(tmp_path: Path) -> None:
+    # Same error, but the path it quotes is the model's: only a person knows where the model is.
+    command = PY.replace("/models/tiny-llama", "/data/tokenizers/llama3")
+    assert _recorded("tokenizer-path-missing-folder.rc1.txt", command)["action"] == "stop"
+
+
+@pytest.mark.parametrize(
+    ("case", "recorded", "command", "flag", "value"),
+    [
+        (
+            "json-model-override-args-single-quotes",
+            "model-loader-extra-config-python-dict.rc137.txt",
+            f"{PY} --model-loader-extra-config \"{{'enable_multithread_load': True}}\"",
+            "--model-loader-extra-config",
+            '{"enable_multithread_load": true}',
+        ),
+    ],
+)
+def test_json_written_in_python_s_syntax_is_respelled(
+    tmp_path: Path, case: str, recorded: str, command: str, flag: str, value: str
+) -> None:
+    contract = _case(tmp_path, case)
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"max_position_embeddings": 8192}']}
+    ]
+    assert _recorded(recorded, command)["edits"] == [{"op": "set", "flag": flag, "values": [value]}]
+
+
+def test_the_gate_takes_a_respelled_json_value_and_no_new_word() -> None:
+    from specdoctor.playbooks.gate import invalid_edits
+    from specdoctor.tools.command import SetFlag
+
+    spec = LaunchCommand.parse(f"{PY} --json-model-override-args \"{{'rope_theta': 1000000, 'tie': None}}\"")
+    same = SetFlag(flag="--json-model-override-args", values=('{"rope_theta": 1000000, "tie": null}',))
+    other = SetFlag(flag="--json-model-override-args", values=('{"rope_theta": 1, "tie": null}',))
+    assert invalid_edits(spec, [same], CAT) == []
+    assert invalid_edits(spec, [other], CAT)
+
+
+def test_a_value_outside_a_listed_set_gets_the_nearest_listed_one(tmp_path: Path) -> None:
+    # "--speculative-num-steps=6 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]"
+    contract = _case(tmp_path, "eagle3-adaptive-num-steps-not-candidate")
+    assert contract["edits"] == [{"op": "set", "flag": "--speculative-num-steps", "values": ["5"]}], contract
+
+
+def test_a_bound_the_message_computed_is_the_value() -> None:
+    said = "speculative_ngram_external_sam_budget must be less than or equal to speculative_num_draft_tokens - 1 (11)."
+    edits = [r.edit for r in remedies(said, bundled("0.5.23")) if r.edit is not None]
+    assert [e.values for e in edits] == [("11",)]
+
+
+def test_what_the_message_says_to_specify_is_added(tmp_path: Path) -> None:
+    # "you need to specify both --max-lora-rank and --lora-target-modules": the rank is there; the target
+    # modules are asked for by a list whose catch-all choice is `all`. LoRA itself stays on.
+    contract = _case(tmp_path, "enable-lora-without-target-modules")
+    assert contract["edits"] == [{"op": "set", "flag": "--lora-target-modules", "values": ["all"]}], contract
+
+
+def test_a_purpose_clause_names_what_the_user_wants_not_what_to_change(tmp_path: Path) -> None:
+    # "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'."
+    contract = _case(tmp_path, "priority-scheduling-with-lpm-policy")
+    assert contract["edits"] == [{"op": "set", "flag": "--schedule-policy", "values": ["fcfs"]}], contract
+
+
+def test_the_subject_of_an_only_supported_message_goes_not_the_algorithm(tmp_path: Path) -> None:
+    # "NotImplementedError: --speculative-use-rejection-sampling is only supported for EAGLE / EAGLE3 /
+    # NEXTN, not speculative_algorithm=STANDALONE": the switch goes, the STANDALONE draft stays.
+    contract = _case(tmp_path, "standalone-with-rejection-sampling")
+    assert contract["edits"] == [{"op": "remove", "flag": "--speculative-use-rejection-sampling"}], contract
