@@ -15,8 +15,9 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.lone_choice import revert_lone_choice
 from specdoctor.playbooks.parallel import CUSTOM_ALLREDUCE, use_nccl_allreduce
-from specdoctor.playbooks.suspects import revert_lone_choice, revert_prime_suspect
+from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 CAPTURE_FAILED_LINE = r"Capture (?:cuda|CUDA) graph failed"

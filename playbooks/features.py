@@ -9,8 +9,10 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.lone_choice import revert_lone_choice
 from specdoctor.playbooks.naming import named_in
-from specdoctor.playbooks.suspects import reported, revert_lone_choice, revert_prime_suspect
+from specdoctor.playbooks.reported import reported
+from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 # Settings CUDA graphs cannot capture (SGLang documents each of these).

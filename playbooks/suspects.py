@@ -15,7 +15,9 @@ from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_exactly, named_in
-from specdoctor.tools.command import Edit, Option, RemoveFlag, SetEnv, SetFlag, UnsetEnv
+from specdoctor.playbooks.reported import reported
+from specdoctor.playbooks.take_back import take_back
+from specdoctor.tools.command import Edit, Option, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.flag_synonyms import vllm_names
 from specdoctor.tools.help_parser import FlagInfo
@@ -40,7 +42,6 @@ _WEIGHTS = {
     "help in stack": 2,
     "area in stack": 2,
     "name in stack": 1,
-    "the one choice on a cut path": 1,
 }
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
@@ -59,7 +60,7 @@ class Suspect:
 
     @property
     def weight(self) -> int:
-        return _WEIGHTS[self.how]
+        return _WEIGHTS.get(self.how, 1)
 
 
 def failing_path(ctx: Context) -> tuple[str, str]:
@@ -71,25 +72,6 @@ def failing_path(ctx: Context) -> tuple[str, str]:
     error = "\n".join(p for p in (said, root.message, *root.chain) if p)
     stack = "\n".join([*(f"{f.path} {f.function}" for f in root.frames), *root.block])
     return error, stack
-
-
-_SENTENCE = re.compile(r"^[A-Z][a-z']*(?: +\S+){7,}")
-_ABOUT_FAILURE = re.compile(
-    r"\b(?:crash\w*|error|fail\w*|hangs?|exception|breaks?|works?|without|only when|when (?:using|adding|enabling))\b",
-    re.I,
-)
-_LAUNCH_ECHO = re.compile(r"launch_server|sglang serve|(?:\s--[a-z][\w-]*(?:[ =]\S+)?){3,}")
-
-
-def reported(log: str) -> list[str]:
-    """Sentences a person wrote about the failure (an issue's prose pasted with its log): they name what
-    they changed to make it fail (`when using the Triton attention backend with pipeline parallelism`,
-    `error when add --enable-dp-attention, without it everything ok`). Not log records, not the command."""
-    return [
-        line.strip()
-        for line in log.splitlines()
-        if _SENTENCE.match(line.strip()) and _ABOUT_FAILURE.search(line) and not _LAUNCH_ECHO.search(line)
-    ]
 
 
 def suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect]:
@@ -105,11 +87,11 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
         info = ctx.catalog.get(flag)
-        if flag in WHAT_IS_SERVED or policy.flag(flag).edit_class == "identity" or not _chosen(option, info):
+        if flag in WHAT_IS_SERVED or policy.flag(flag).edit_class == "identity" or not chosen(option, info):
             continue
         value = " ".join(option.values)
         names = (flag, *(info.aliases if info else ()))
-        edits = _take_back(flag, value, info, ctx)
+        edits = take_back(flag, value, info, ctx)
         if _PARALLEL.match(flag):
             # A size is named only in the error's own words, and in full: "Pipeline Parallel is not
             # compatible ...", not "The size of tensor a ...".
@@ -155,33 +137,6 @@ def _other_name_suspect(flag: str, error: str, edits: tuple[Edit, ...]) -> Suspe
         ),
         None,
     )
-
-
-# Backends that run every model on every GPU SGLang supports, per kind of attention.
-_PORTABLE_BACKEND = {
-    "--attention-backend": "triton",
-    "--prefill-attention-backend": "triton",
-    "--decode-attention-backend": "triton",
-    "--speculative-draft-attention-backend": "triton",
-    "--mm-attention-backend": "triton_attn",
-}
-# MLA and sparse-attention models (DeepSeek's family) run on backends of their own kind, which SGLang's
-# default picks for them per GPU.
-_OWN_ATTENTION = re.compile(r"\b(?:nsa|dsa|mla)\b|_mla\b|index_topk|indexer|deepseek", re.I)
-
-
-def _take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tuple[Edit, ...]:
-    """The edit that takes a chosen setting off the failing path. For an attention backend, removing the
-    flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
-    (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
-    that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
-    # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
-    on_gpu = ctx.view.get("--device") in (None, "cuda", "rocm", "auto")
-    portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
-    sparse = _OWN_ATTENTION.search(f"{value} {ctx.search_text}")
-    if portable and value != portable and info is not None and portable in info.choices and not sparse:
-        return (SetFlag(flag=flag, values=(portable,)),)
-    return (RemoveFlag(flag=flag),)
 
 
 def _code_suspect(
@@ -234,7 +189,7 @@ def _numeric(value: str) -> bool:
     return bool(re.fullmatch(r"[-+.\d]+[kKMG]?i?", value))
 
 
-def _chosen(option: Option, info: FlagInfo | None) -> bool:
+def chosen(option: Option, info: FlagInfo | None) -> bool:
     """The command chose something other than SGLang's default: a switch it gives, or a value that
     differs from the flag's default."""
     if not option.values:
@@ -305,58 +260,4 @@ _HOW = {
     "name in stack": "the traceback's files and functions name it",
     "help in stack": "its --help names the module the traceback runs through",
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
-    "the one choice on a cut path": "the log stops inside the model's forward pass, and of the settings that "
-    "choose how that pass runs it is the only one the command changed",
 }
-
-
-# Settings that choose the code the model's forward pass runs (kernels, dtypes, attention layout).
-_FORWARD_CHOICE = re.compile(
-    r"attention-backend$|^--kv-cache-dtype$|^--quantization$|^--enable-dp-attention$|"
-    r"^--moe-(?:a2a|runner)-backend$|^--enable-mixed-chunk$|gemm-backend$"
-)
-
-
-# Where the forward pass runs: the model runner, graph capture, model and layer code.
-_FORWARD_PASS = re.compile(
-    r"model_executor|/models/|/layers/|cuda_graph|graph_runner|hardware_backend|forward"
-)
-
-
-def lone_forward_choice(ctx: Context) -> Suspect | None:
-    """When a traceback is cut before its error, the one setting the command changed among those that
-    choose the forward pass's code, if there is exactly one: a suspect, never a finding."""
-    if ctx.root.kind != "traceback-cut" or not any(
-        _FORWARD_PASS.search(f"{f.path} {f.function}") for f in ctx.root.frames
-    ):
-        return None
-    found = []
-    for option in ctx.spec.options():
-        flag = ctx.view.canon(option.name)
-        info = ctx.catalog.get(flag)
-        if _FORWARD_CHOICE.search(flag) and _chosen(option, info):
-            found.append(
-                _suspect(
-                    flag,
-                    "the one choice on a cut path",
-                    (flag,),
-                    _take_back(flag, " ".join(option.values), info, ctx),
-                )
-            )
-    return found[0] if len(found) == 1 else None
-
-
-def revert_lone_choice(ctx: Context, failure: str) -> Decision | None:
-    """Take back the one forward-pass choice of a cut traceback (a guess: below the unattended bar)."""
-    found = lone_forward_choice(ctx)
-    if found is None:
-        return None
-    undo = "; ".join(e.describe() for e in found.edits)
-    return fix(
-        ctx,
-        found.edits,
-        category_of(found.setting),
-        f"{failure}; the log stops inside the traceback ({(ctx.root.error_line or '').strip()})",
-        why=f"{_HOW[found.how]} ({found.setting}); {undo} puts the launch back on SGLang's default path",
-        confidence=0.45,
-    )

@@ -15,7 +15,7 @@ from specdoctor.agent.diagnose import context_for, decide
 from specdoctor.agent.planner import gate
 from specdoctor.playbooks.base import fix
 from specdoctor.playbooks.naming import named_exactly
-from specdoctor.playbooks.suspects import _take_back
+from specdoctor.playbooks.take_back import take_back
 from specdoctor.tools.command import LaunchCommand, SetFlag
 from specdoctor.tools.log_cause import extract_root_cause
 from tests.test_corpus_scores import CAT, contract_for
@@ -182,7 +182,7 @@ def test_a_traceback_cut_outside_the_forward_pass_blames_no_forward_choice(tmp_p
 def test_an_npu_backend_is_never_swapped_for_a_gpu_one() -> None:
     case = _case("ascend-npu-fia-page-size-1-block-size-align-16")
     ctx = context_for(LaunchCommand.parse(case["command"]), CAT, case["log"].splitlines())
-    edits = _take_back("--attention-backend", "ascend", CAT.get("--attention-backend"), ctx)
+    edits = take_back("--attention-backend", "ascend", CAT.get("--attention-backend"), ctx)
     assert [e.describe() for e in edits] == ["remove --attention-backend"]
 
 

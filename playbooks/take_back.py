@@ -1,0 +1,35 @@
+"""The edit that takes a setting the command chose off a failing path."""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.help_parser import FlagInfo
+
+# Backends that run every model on every GPU SGLang supports, per kind of attention.
+_PORTABLE_BACKEND = {
+    "--attention-backend": "triton",
+    "--prefill-attention-backend": "triton",
+    "--decode-attention-backend": "triton",
+    "--speculative-draft-attention-backend": "triton",
+    "--mm-attention-backend": "triton_attn",
+}
+# MLA and sparse-attention models (DeepSeek's family) run on backends of their own kind, which SGLang's
+# default picks for them per GPU.
+_OWN_ATTENTION = re.compile(r"\b(?:nsa|dsa|mla)\b|_mla\b|index_topk|indexer|deepseek", re.I)
+
+
+def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tuple[Edit, ...]:
+    """The edit that takes a chosen setting off the failing path. For an attention backend, removing the
+    flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
+    (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
+    that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
+    # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
+    on_gpu = ctx.view.get("--device") in (None, "cuda", "rocm", "auto")
+    portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
+    sparse = _OWN_ATTENTION.search(f"{value} {ctx.search_text}")
+    if portable and value != portable and info is not None and portable in info.choices and not sparse:
+        return (SetFlag(flag=flag, values=(portable,)),)
+    return (RemoveFlag(flag=flag),)
