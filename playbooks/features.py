@@ -11,7 +11,6 @@ from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.lone_choice import revert_lone_choice
 from specdoctor.playbooks.naming import named_in
-from specdoctor.playbooks.reported import reported
 from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
@@ -91,42 +90,4 @@ def not_capturable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"an operation that is not allowed while a CUDA graph is captured ran during capture ({', '.join(suspects)})",
         why="diagnostics that read results back to the host break capture; the server runs without them",
         confidence=0.7 if named else 0.45,
-    )
-
-
-@playbook(
-    id="sglang.feature.default-named", category="other", when=("exited", "hung", "unhealthy"), priority=83
-)
-def default_named(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The person reporting the failure names a feature SGLang runs by default as one of its conditions
-    (`with ... and the default overlap schedule enabled, ... hangs`): its --disable- switch is the lead."""
-    said = "\n".join(reported(ctx.log_text))
-    if not said:
-        return None
-    found = [
-        info.name
-        for info in ctx.catalog.flags
-        if info.name.startswith("--disable-")
-        and info.nargs == 0
-        and not ctx.view.has(info.name)
-        and _named_as_default(info.name.removeprefix("--disable-"), said)
-    ]
-    if len(found) != 1:
-        return None
-    return fix(
-        ctx,
-        [SetFlag(flag=found[0])],
-        "other",
-        f"the failure is reported with a feature SGLang runs by default, which {found[0]} turns off",
-        why="the report names that default as a condition of the failure; running without it is the "
-        "smallest change that leaves its code path",
-        confidence=0.45,
-    )
-
-
-def _named_as_default(feature: str, said: str) -> bool:
-    phrase = r"[\s_-]+".join(re.escape(w) for w in feature.split("-"))
-    return bool(
-        re.search(rf"\bdefault\s+(?:\w+\s+){{0,2}}{phrase}\b", said, re.I)
-        or re.search(rf"\b{phrase}\s+(?:is\s+|being\s+)?(?:enabled|on)\s+by\s+default", said, re.I)
     )

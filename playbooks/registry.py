@@ -18,6 +18,7 @@ _FAMILIES = (
     "message_asks",
     "engine_advice",
     "features",
+    "defaults",
     "backends",
     "grounded",
     "engine_bugs",

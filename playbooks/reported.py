@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-_SENTENCE = re.compile(r"^[A-Z][a-z']*(?: +\S+){7,}")
+_SENTENCE = re.compile(r"^[A-Z][\w'.-]*(?: +\S+){7,}")
 _ABOUT_FAILURE = re.compile(
     r"\b(?:crash\w*|error|fail\w*|hangs?|exception|breaks?|works?|without|only when|when (?:using|adding|enabling))\b",
     re.I,
@@ -18,8 +18,13 @@ def reported(log: str) -> list[str]:
     """Sentences a person wrote about the failure (an issue's prose pasted with its log): they name what
     they changed to make it fail (`when using the Triton attention backend with pipeline parallelism`,
     `error when add --enable-dp-attention, without it everything ok`). Not log records, not the command."""
+    said = (_MARKUP.sub("", line) for line in log.splitlines())
     return [
-        line.strip()
-        for line in log.splitlines()
-        if _SENTENCE.match(line.strip()) and _ABOUT_FAILURE.search(line) and not _LAUNCH_ECHO.search(line)
+        line
+        for line in said
+        if _SENTENCE.match(line) and _ABOUT_FAILURE.search(line) and not _LAUNCH_ECHO.search(line)
     ]
+
+
+# An issue's markdown around a sentence: headings, quotes, bullets, a `[Bug]` tag.
+_MARKUP = re.compile(r"^\s*(?:[#>*-]+\s*)*(?:\[[\w -]{1,20}\]\s*)?")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import category_of, named_exactly, named_in
+from specdoctor.playbooks.naming import category_of, named_exactly, named_in, squeeze
 from specdoctor.playbooks.reported import reported
 from specdoctor.playbooks.take_back import take_back
 from specdoctor.tools.command import Edit, Option, SetEnv, UnsetEnv
@@ -105,7 +105,10 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
             )
             continue
         switch = not option.values or value.lower() in TRUTHY
-        values = [value] if value and not _numeric(value) else []
+        # A value that is also the model's family (`--reasoning-parser qwen3` for Qwen3-8B) is named by every
+        # mention of the model: no evidence about the setting.
+        family = squeeze(value) in squeeze(ctx.view.get("--model-path") or "")
+        values = [value] if value and not _numeric(value) and not family else []
         yield (
             _strongest(flag, values, names, error, stack, edits)
             or _other_name_suspect(flag, error, edits)

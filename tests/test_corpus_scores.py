@@ -32,7 +32,7 @@ FLOORS = {
     "corpus": (17, 0),
     "corpus-extra": (29, 1),
     "corpus-blind": (7, 1),
-    "corpus-fresh": (19, 0),
+    "corpus-fresh": (21, 0),
     "corpus-fresh-2": (19, 0),
     "corpus-fresh-3": (28, 1),
     "corpus-fresh-4": (10, 0),

@@ -322,3 +322,38 @@ def test_a_gpu_aiter_has_no_kernels_for_gets_triton_attention(tmp_path: Path) ->
         "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --attention-backend wave"
     )
     assert decide(context_for(chosen, CAT, log)).playbook != "sglang.backend.aiter-arch"
+
+
+@pytest.mark.parametrize(
+    ("case", "env"),
+    [
+        # "Crashes at `Try DeepGEMM JIT Compiling ...`": the warm-up precompile, not DeepGEMM itself.
+        ("dsv4-deepgemm-242-jit-warmup-m-indices-typeerror", "SGLANG_JIT_DEEPGEMM_PRECOMPILE"),
+        # "Qwen3 FP8 models crash at startup without `SGL_ENABLE_JIT_DEEPGEMM=0`" (an issue's title).
+        ("qwen3-fp8-deepgemm-jit-startup-crash-env-off", "SGLANG_ENABLE_JIT_DEEPGEMM"),
+    ],
+)
+def test_a_failure_in_deepgemm_turns_the_default_off(tmp_path: Path, case: str, env: str) -> None:
+    contract = _decide(tmp_path, case)
+    assert contract["edits"] == [{"op": "set_env", "name": env, "value": "0"}], contract
+    assert contract["confidence"] < 0.5
+
+
+def test_a_deepgemm_switch_the_user_set_is_the_suspects_rule_s() -> None:
+    # The user's own SGL_ENABLE_JIT_DEEPGEMM=1 is turned back in its own spelling, not a second variable.
+    case = _case("glm5-fp8-b300-deepgemm-tma-capture-illegal-address-0512")
+    ctx = context_for(LaunchCommand.parse(case["command"]), CAT, case["log"].splitlines())
+    assert decide(ctx).playbook != "sglang.default.deepgemm"
+
+
+def test_a_value_that_is_the_model_s_family_is_no_evidence(tmp_path: Path) -> None:
+    # "... fails on FP8 versions of Qwen3 models": qwen3 there is the model, not --reasoning-parser qwen3.
+    contract = _decide(tmp_path, "qwen3-fp8-deepgemm-jit-startup-crash-env-off")
+    assert "--reasoning-parser" not in _touched(contract), contract
+
+
+def test_deepgemm_called_by_sparse_attention_is_not_the_gemm_switch_s(tmp_path: Path) -> None:
+    # DSA's indexer calls DeepGEMM's paged-MQA kernels directly ("deepgemm/csrc/apis/attention.hpp ...
+    # Unsupported architecture" from dsa_backend.py): turning JIT DeepGEMM off does not reach it.
+    contract = _decide(tmp_path, "glm51-nvfp4-sm120-dsa-deepgemm-unsupported-arch")
+    assert contract["playbook"] != "sglang.default.deepgemm", contract

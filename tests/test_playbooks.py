@@ -699,7 +699,10 @@ FRESH2 += [
     ("eagle-draft-fp16-target-bf16-dtype-mismatch-capture", "sglang.spec.draft-dtype"),
     ("base-model-no-chat-template-openai-chat", "sglang.serving.no-chat-template"),
 ]
-FRESH += [("amd-piecewise-cuda-graph-forward-context-regression", "sglang.engine.advice")]
+FRESH += [
+    ("amd-piecewise-cuda-graph-forward-context-regression", "sglang.engine.advice"),
+    ("dsv4-deepgemm-242-jit-warmup-m-indices-typeerror", "sglang.default.deepgemm"),
+]
 FRESH6 = [
     ("rocm-aiter-custom-allreduce-graph-capture-hsa-exception-hy3", "sglang.parallel.amd-allreduce"),
     ("rdna-gfx1151-default-aiter-arch-unsupported-use-triton", "sglang.backend.aiter-arch"),
