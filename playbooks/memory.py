@@ -131,11 +131,14 @@ def weights_do_not_fit(ctx: Context, m: re.Match[str] | None) -> Decision | None
     if usage and not pool_placed:
         total, used = float(usage.group(1)), float(usage.group(2))
         own_share = used / total if total else None
+    current = _fraction(ctx)
+    # A static share the user raised above SGLang's own leaves the rest of the GPU short whatever the
+    # weights weigh: the process using more than it is then the pool plus what runs beside it.
+    raised = current is not None and current > AUTO_FRACTION
     if (loading and not pool_placed) or (
-        own_share is not None and own_share > (_fraction(ctx) or AUTO_FRACTION)
+        own_share is not None and own_share > (current or AUTO_FRACTION) and not raised
     ):
         return _more_gpus(ctx, visible)
-    current = _fraction(ctx)
     lower = round(max((current or AUTO_FRACTION) - 0.07, 0.5), 2)
     edits = [SetFlag(flag="--mem-fraction-static", values=(f"{lower:g}",))]
     if ctx.already_tried(edits):

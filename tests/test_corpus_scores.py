@@ -38,7 +38,7 @@ FLOORS = {
     "corpus-fresh-4": (10, 0),
     "corpus-fresh-5": (7, 0),
     "corpus-fresh-6": (8, 0),
-    "corpus-fresh-7": (9, 0),
+    "corpus-fresh-7": (10, 0),
     "corpus-real-engine": (13, 0),
 }
 

@@ -357,3 +357,16 @@ def test_deepgemm_called_by_sparse_attention_is_not_the_gemm_switch_s(tmp_path: 
     # Unsupported architecture" from dsa_backend.py): turning JIT DeepGEMM off does not reach it.
     contract = _decide(tmp_path, "glm51-nvfp4-sm120-dsa-deepgemm-unsupported-arch")
     assert contract["playbook"] != "sglang.default.deepgemm", contract
+
+
+def test_an_oom_beside_a_raised_static_share_lowers_it(tmp_path: Path) -> None:
+    # GB200 decode workers, --mem-fraction-static 0.95: the process holds 181.77 of 184 GiB and a 4 GiB
+    # buffer finds no room. The static pool took what the user gave it; the weights are not the question.
+    name = "gb200-fp4-decode-mem-fraction-095-symm-mem-prealloc-oom"
+    contract = _decide(tmp_path, name)
+    assert contract["action"] == "fix", contract
+    (edit,) = contract["edits"]
+    assert edit["flag"] == "--mem-fraction-static" and float(edit["values"][0]) < 0.95
+    # At SGLang's own share the same numbers say the weights alone fill the GPUs.
+    default = _case(name)["command"].replace(" --mem-fraction-static 0.95", "")
+    assert _decide(tmp_path, name, default)["action"] == "stop"
