@@ -243,7 +243,8 @@ def _raised_at(ctx: Context) -> str:
     raising = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
     if raising is None:
         return "not in the log"
-    return f"{raising.path.rsplit('sglang/', 1)[-1]}:{raising.line} ({raising.function})"
+    line = f":{raising.line}" if raising.line else ""  # a frame quoted without its line number
+    return f"{raising.path.rsplit('sglang/', 1)[-1]}{line} ({raising.function})"
 
 
 def _version_for_report(ctx: Context) -> str:

@@ -14,7 +14,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.reported import reported
-from specdoctor.playbooks.suspects import failing_path
+from specdoctor.playbooks.suspects import MIN_WEIGHT, failing_path, ranked_suspects
 from specdoctor.tools.command import SetEnv, SetFlag
 
 _DEEPGEMM = re.compile(r"deep_?gemm", re.I)
@@ -38,6 +38,8 @@ def deepgemm_default(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     env = ctx.spec.env_dict()
     if any(name in env for name in _DEEPGEMM_SWITCHES):
         return None  # the user chose; the suspects rule turns a chosen switch back
+    if any(s.weight >= MIN_WEIGHT for s in ranked_suspects(ctx)):
+        return None  # a setting the user chose is on the failing path: that, not a default, is the lead
     error, stack = failing_path(ctx)
     said = "\n".join(reported(ctx.log_text))
     where = "\n".join((error, stack, said))

@@ -10,6 +10,8 @@ when this run set it.
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 from collections.abc import Sequence
 
@@ -289,16 +291,25 @@ def _respelled(value: str, written: set[str]) -> bool:
 
 
 def _requoted(value: str, written: set[str]) -> bool:
-    """The user's value with only its quoting, spacing and literal spelling changed (Python's
-    `{'a': True}` → JSON's `{"a": true}`): the same words otherwise, in the same order."""
-    bare = _unquoted(value)
-    return bool(bare) and any(_unquoted(w) == bare for w in written)
+    """JSON's spelling of a Python literal the user wrote (`{'a': True}` → `{"a": true}`): the same
+    parsed value, so nothing in it came from anywhere but the user."""
+    parsed = _json_value(value)
+    return parsed is not None and any(_python_value(w) == parsed for w in written)
 
 
-def _unquoted(text: str) -> str:
-    """Without quotes and spaces, Python's True/False/None read as JSON's true/false/null."""
-    text = re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", text)))
-    return re.sub(r"[\s'\"]", "", text)
+def _json_value(text: str) -> object | None:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict | list) else None
+
+
+def _python_value(text: str) -> object | None:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

@@ -112,7 +112,8 @@ def _culprits(reading: SiteReading) -> list[FieldRead]:
 
 def _env_switch_off(ctx: Context, reading: SiteReading) -> Decision | None:
     """An engine switch the user turned on (`SGLANG_ENABLE_X=1`) that the check reads, when the flags it
-    objects to define what is served: turning the switch back off is the smaller change."""
+    objects to define what is served, or when it objects to none of the user's flags (the switch alone put
+    the launch on the check's path): turning the switch back off is the smaller change."""
     on = [e for e in reading.envs if e.set_by_user and (e.value or "") in TRUTHY]
     if len(on) != 1 or any(r.flag not in WHAT_IS_SERVED for r in _culprits(reading)):
         return None
@@ -167,19 +168,24 @@ def _change_a_suspect(
     return None
 
 
-def _nearest_first(edits: list, ctx: Context) -> list:
-    """Values the message lists for one flag, nearest to the command's own first (`not in [0, 1, 3, 5,
-    7]` for 6 gives 5): the smallest change; the lower of two as near."""
+def _nearest_first(edits: list[Edit], ctx: Context) -> list[Edit]:
+    """Values the message lists for one numeric flag, nearest to the command's own first (`not in [0, 1,
+    3, 5, 7]` for 6 gives 5), the lower of two as near; any other list keeps the message's order."""
+    flags = {getattr(e, "flag", None) for e in edits}
+    current = ctx.view.float(next(iter(flags))) if len(flags) == 1 and None not in flags else None
+    numbers = [_single_number(e) for e in edits]
+    if current is None or None in numbers:
+        return edits
+    ranked = sorted(zip(numbers, edits, strict=True), key=lambda p: (abs(p[0] - current), p[0]))
+    return [e for _, e in ranked]
 
-    def distance(edit) -> float:
-        flag, values = getattr(edit, "flag", None), getattr(edit, "values", ())
-        current = ctx.view.float(flag) if flag else None
-        try:
-            return abs(float(values[0]) - current) if current is not None and len(values) == 1 else 0.0
-        except ValueError:
-            return 0.0
 
-    return sorted(edits, key=distance)
+def _single_number(edit: Edit) -> float | None:
+    values = getattr(edit, "values", ())
+    try:
+        return float(values[0]) if len(values) == 1 else None
+    except ValueError:
+        return None
 
 
 def _to_allowed_or_default(
@@ -206,14 +212,18 @@ def _to_allowed_or_default(
         why=f"the check ({reading.site.condition or reading.site.template}) fails on {read.flag} {read.value}; "
         f"setting it {what} takes the launch off the failing path",
         evidence=_evidence(ctx, reading),
-        # One suspect the check trips on is a finding; several the user set are a ranking, not a proof, and
-        # so is one whose value the check's comparisons do not show to fail.
-        confidence=0.7
-        if read.trips and not several
-        else 0.55
-        if not several and read.trips is not None
-        else 0.45,
+        confidence=_confidence(read, several),
     )
+
+
+def _confidence(read: FieldRead, several: bool) -> float:
+    """One suspect the check trips on is a finding; several the user set are a ranking, not a proof, and
+    so is one whose value the check's comparisons do not show to fail. Taking back a capability the user
+    chose (LoRA, a quantization) changes what is served: a person's call whatever the grounds."""
+    ranked = several or read.trips is None
+    found = 0.45 if ranked else 0.7 if read.trips else 0.55
+    capability = edit_policy().flag(read.flag or "").edit_class != "tuning"
+    return min(found, 0.45) if capability else found
 
 
 def _every_part_must_hold(reading: SiteReading) -> bool:

@@ -12,11 +12,15 @@ from specdoctor.tools.help_parser import FlagInfo
 
 
 def reads_json(flag: FlagInfo) -> bool:
+    """argparse parses it as JSON, or it is one text value whose default is a JSON object (a list flag with
+    an empty default takes words, not JSON)."""
     default = (flag.default or "").strip("'\"")
-    return flag.value_type == "json" or (flag.value_type in (None, "str") and default in ("{}", "[]"))
+    one_value = flag.nargs in (None, "?")
+    return flag.value_type == "json" or (flag.value_type in (None, "str") and one_value and default == "{}")
 
 
 def is_json(value: str) -> bool:
+    """`json.loads` takes it."""
     try:
         json.loads(value)
     except ValueError:

@@ -100,8 +100,13 @@ def unknown_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | N
         [RemoveFlag(flag="--chat-template")],
         "other",
         f"--chat-template {ctx.view.get('--chat-template')} is neither a template SGLang has nor a file",
-        why="without --chat-template SGLang uses the chat template the tokenizer ships; a built-in one is named "
-        f"by --chat-template NAME ({', '.join(ctx.view.facts.chat_templates[:6])}, ...) or a .jinja file",
+        why="without --chat-template SGLang uses the chat template the tokenizer ships; "
+        + _naming_a_template(ctx.view.facts.chat_templates),
         evidence=(m.group(0),) if m else (),
         confidence=0.6,
     )
+
+
+def _naming_a_template(built_in: tuple[str, ...]) -> str:
+    names = f" ({', '.join(built_in[:6])}, ...)" if built_in else ""
+    return f"another is named by --chat-template NAME{names} or a .jinja file"

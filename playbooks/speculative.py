@@ -348,14 +348,15 @@ def backend_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | Non
 
 
 _DTYPE_CLASH = re.compile(
-    r"must have the same dtype|expected (?:mat1 and mat2|both \w+|all \w+) to have the same dtype|"
+    r"(?i)must have the same dtype|expected (?:mat1 and mat2|both \w+|all \w+) to have the same dtype|"
     r"expected scalar type \w+ but found \w+|dtype mismatch",
     re.I,
 )
 _HALF = (
     ("bfloat16", re.compile(r"\bBFloat16\b|bfloat16|\bbf16\b")),
-    ("float16", re.compile(r"\bHalf\b|float16\b")),
+    ("float16", re.compile(r"\bHalf\b|(?<!b)float16\b")),
 )
+_IN_DRAFT = re.compile(r"draft|eagle|nextn|mtp", re.I)
 
 
 @playbook(
@@ -381,5 +382,7 @@ def draft_dtype(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "the draft and the target compute in different dtypes",
         why=f"--dtype auto loads the target and the draft each in its own checkpoint's dtype; --dtype {target} "
         "loads both alike",
-        confidence=0.6,
+        # The draft's code on the failing path is a finding; a dtype clash elsewhere in a speculative
+        # launch may be another part's (a sampler's fp32 against fp16): a lead.
+        confidence=0.6 if _IN_DRAFT.search(f"{ctx.root_text}\n{ctx.log_text}") else 0.45,
     )

@@ -42,6 +42,9 @@ _WEIGHTS = {
     "help in stack": 2,
     "area in stack": 2,
     "name in stack": 1,
+    "value in report": 2,
+    "name in report": 2,
+    "the one choice on a cut path": 1,
 }
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
@@ -60,7 +63,7 @@ class Suspect:
 
     @property
     def weight(self) -> int:
-        return _WEIGHTS.get(self.how, 1)
+        return _WEIGHTS[self.how]
 
 
 def failing_path(ctx: Context) -> tuple[str, str]:
@@ -121,11 +124,12 @@ def _in_prose(
     flag: str, values: list[str], names: tuple[str, ...], prose: str, edits: tuple[Edit, ...]
 ) -> Suspect | None:
     """What the person reporting the failure says they chose: its value, or its name in full (`EAGLE3`
-    in a sentence is the algorithm, not --speculative-eagle-topk)."""
+    in a sentence is the algorithm, not --speculative-eagle-topk). Anyone can write a sentence: it weighs as
+    a lead (below the unattended bar), never as the engine's own words."""
     if hit := next((h for v in values if (h := named_in(v, prose, every=True))), ()):
-        return _suspect(flag, "value in error", hit, edits)
+        return _suspect(flag, "value in report", hit, edits)
     if hit := next((h for n in names if (h := _written(n, prose) or named_in(n, prose, every=True))), ()):
-        return _suspect(flag, "name in error", hit, edits)
+        return _suspect(flag, "name in report", hit, edits)
     return None
 
 
@@ -263,4 +267,6 @@ _HOW = {
     "name in stack": "the traceback's files and functions name it",
     "help in stack": "its --help names the module the traceback runs through",
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
+    "value in report": "the report of the failure names its value",
+    "name in report": "the report of the failure names it",
 }

@@ -21,15 +21,27 @@ _PORTABLE_BACKEND = {
 _OWN_ATTENTION = re.compile(r"\b(?:nsa|dsa|mla)\b|_mla\b|index_topk|indexer|deepseek", re.I)
 
 
+def _own_kind(value: str, ctx: Context) -> bool:
+    """An MLA or sparse-attention model: its backend, the failing code or the model names the kind."""
+    frames = " ".join(f"{f.path} {f.function}" for f in ctx.root.frames)
+    model = " ".join([ctx.view.get("--model-path") or "", *(ctx.model.architectures if ctx.model else ())])
+    return _OWN_ATTENTION.search(f"{value} {ctx.root_text} {frames} {model}") is not None
+
+
 def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tuple[Edit, ...]:
     """The edit that takes a chosen setting off the failing path. For an attention backend, removing the
     flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
     (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
     that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
     # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
-    on_gpu = ctx.view.get("--device") in (None, "cuda", "rocm", "auto")
+    on_gpu = ctx.view.get("--device") in (None, "cuda", "auto")
     portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
-    sparse = _OWN_ATTENTION.search(f"{value} {ctx.search_text}")
-    if portable and value != portable and info is not None and portable in info.choices and not sparse:
+    if (
+        portable
+        and value != portable
+        and info is not None
+        and portable in (info.choices or ())
+        and not _own_kind(value, ctx)
+    ):
         return (SetFlag(flag=flag, values=(portable,)),)
     return (RemoveFlag(flag=flag),)

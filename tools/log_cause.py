@@ -260,6 +260,12 @@ def _exception(
     )
 
 
+# How an engine's message says what it needed: a paragraph worded so belongs to the error above it.
+_REQUIREMENT = re.compile(
+    r"\b(?:should|must|expected|expects|requires?|only supports?|not supported|but got|please)\b", re.I
+)
+
+
 def _paragraph_of_message(msgs: list[tuple[str, str]], at: int, shape: str, profile: EngineProfile) -> bool:
     """A blank line inside the message: kernels' errors put what was wrong in a paragraph of its own
     (`... error code is 561002` / blank / `block_size should be aligned to 16, but got 1`)."""
@@ -267,12 +273,6 @@ def _paragraph_of_message(msgs: list[tuple[str, str]], at: int, shape: str, prof
         return False
     after = msgs[at + 1]
     return _continues_message(after, shape, profile) and bool(_REQUIREMENT.search(after[1]))
-
-
-# How an engine's message says what it needed: a paragraph worded so belongs to the error above it.
-_REQUIREMENT = re.compile(
-    r"\b(?:should|must|expected|expects|requires?|only supports?|not supported|but got|please)\b", re.I
-)
 
 
 def _continues_message(item: tuple[str, str], shape: str, profile: EngineProfile) -> bool:

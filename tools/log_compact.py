@@ -23,6 +23,10 @@ _LINE_CHARS = 400
 _BLOCK_LINE_CHARS = 1200
 
 
+BLOCK_MARKER = "[... root-cause block, shown above ...]"
+"""Where the root-cause block stood in the log: the compacted log shows it once, at the top."""
+
+
 def compact(
     lines: Iterable[str],
     budget_chars: int = 6000,
@@ -118,7 +122,7 @@ def _body(lines: Sequence[str], skip: tuple[int, int] | None, profile: EnginePro
     while i < len(lines):
         if skip and i == skip[0]:
             repeats.flush()
-            out.append("[... root-cause block, shown above ...]")
+            out.append(BLOCK_MARKER)
             i = max(skip[1], i + 1)
             continue
         span = usage_dump_span(lines, i) if strip_prefix(lines[i]).startswith("usage: ") else None
