@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from specdoctor.playbooks.conflict_checks import check_engine_conflicts
 from specdoctor.playbooks.container_checks import check_container, check_published_port
 from specdoctor.playbooks.decision import Finding, Fix, Stop
+from specdoctor.playbooks.device_checks import check_device
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.host_checks import (
     check_gpu_presence,
@@ -160,7 +161,7 @@ def _check(
     view = CommandView(spec, catalog)
     model, draft = facts(view, host) if host else (None, None)
     found = flags + check_speculative(spec, catalog, model, draft) + check_container(view)
-    found += check_serving(view) + check_repo_ids(view)
+    found += check_serving(view) + check_repo_ids(view) + check_device(view)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)

@@ -14,6 +14,7 @@ _FAMILIES = (
     "serving",
     "model",
     "weights",
+    "device_checks",
     "hardware",
     "message_asks",
     "engine_advice",

@@ -40,6 +40,7 @@ FLOORS = {
     "corpus-fresh-6": (8, 0),
     "corpus-fresh-7": (10, 0),
     "corpus-real-engine": (13, 0),
+    "corpus-real-engine-2": (10, 0),
 }
 
 

@@ -712,6 +712,11 @@ REAL_ENGINE = [
     ("chat-template-name-not-builtin", "sglang.serving.unknown-chat-template"),
     ("load-format-pt-on-safetensors-model", "sglang.model.no-weights"),
 ]
+REAL_ENGINE_2 = [
+    ("triton-attention-backend-on-cpu", "sglang.hardware.backend-off-device"),
+    ("host-with-port-suffix", "sglang.network.host-with-port"),
+    ("hierarchical-cache-on-cpu", "sglang.hardware.gpu-feature-off-device"),
+]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
@@ -724,6 +729,7 @@ CASES = (
     + [("corpus-fresh-3", c, p) for c, p in FRESH3 + FRESH3_MORE]
     + [("corpus-fresh-6", c, p) for c, p in FRESH6]
     + [("corpus-real-engine", c, p) for c, p in REAL_ENGINE]
+    + [("corpus-real-engine-2", c, p) for c, p in REAL_ENGINE_2]
 )
 
 

@@ -35,7 +35,12 @@ def _recorded(name: str, command: str) -> dict:
     ctx = context_for(spec, CAT, lines, outcome=outcome_from_log(lines, "startup-crash"))
     decision = decide(ctx)
     edits = [e.model_dump(mode="json") for e in getattr(decision, "edits", ())]
-    return {"playbook": decision.playbook, "action": decision.action, "edits": edits}
+    return {
+        "playbook": decision.playbook,
+        "action": decision.action,
+        "edits": edits,
+        "confidence": decision.confidence,
+    }
 
 
 @pytest.mark.parametrize(
@@ -150,3 +155,53 @@ def test_the_subject_of_an_only_supported_message_goes_not_the_algorithm(tmp_pat
     # NEXTN, not speculative_algorithm=STANDALONE": the switch goes, the STANDALONE draft stays.
     contract = _case(tmp_path, "standalone-with-rejection-sampling")
     assert contract["edits"] == [{"op": "remove", "flag": "--speculative-use-rejection-sampling"}], contract
+
+
+DATA2 = DATA / "corpus-real-engine-2"
+
+
+def _case2(tmp_path: Path, name: str) -> dict:
+    path = tmp_path / f"{name}.json"
+    path.write_text((DATA2 / f"{name}.json").read_text())
+    return contract_for(path)
+
+
+@pytest.mark.parametrize("case", ["flashinfer-attention-backend-on-cpu", "triton-attention-backend-on-cpu"])
+def test_a_gpu_attention_backend_on_a_cpu_device_goes(tmp_path: Path, case: str) -> None:
+    # Two ways the same mistake dies on the real engine: a package check, Triton finding no driver.
+    contract = _case2(tmp_path, case)
+    assert contract["edits"] == [{"op": "remove", "flag": "--attention-backend"}], contract
+
+
+def test_check_names_a_backend_the_device_does_not_run_before_launch() -> None:
+    from specdoctor.agent.preflight import preflight
+
+    spec = LaunchCommand.parse(f"{PY} --attention-backend fa3")
+    codes = [f.code for f in preflight(spec, CAT, host=False).findings]
+    assert "backend-off-device" in codes
+    own = LaunchCommand.parse(f"{PY} --attention-backend torch_native")
+    assert "backend-off-device" not in [f.code for f in preflight(own, CAT, host=False).findings]
+
+
+def test_a_host_written_with_its_port_loses_the_port(tmp_path: Path) -> None:
+    assert _case2(tmp_path, "host-with-port-suffix")["edits"] == [
+        {"op": "set", "flag": "--host", "values": ["0.0.0.0"]}
+    ]
+    recorded = _recorded("host-localhost-with-port.rc137.txt", f"{PY} --host localhost:8000")
+    assert recorded["edits"] == [{"op": "set", "flag": "--host", "values": ["localhost"]}]
+
+
+def test_a_gpu_feature_switched_on_for_a_cpu_device_goes(tmp_path: Path) -> None:
+    contract = _case2(tmp_path, "hierarchical-cache-on-cpu")
+    assert contract["edits"] == [{"op": "remove", "flag": "--enable-hierarchical-cache"}], contract
+    recorded = _recorded(
+        "hicache-write-back-on-cpu.rc137.txt",
+        f"{PY} --enable-hierarchical-cache --hicache-write-policy write_back",
+    )
+    assert {"op": "remove", "flag": "--enable-hierarchical-cache"} in recorded["edits"], recorded
+    # LoRA is what the server serves: its removal is offered, never applied unasked.
+    lora = _recorded(
+        "enable-lora-paths-on-cpu.rc137.txt",
+        f"{PY} --enable-lora --max-lora-rank 8 --lora-target-modules all",
+    )
+    assert lora["playbook"] != "sglang.hardware.gpu-feature-off-device" or lora["confidence"] < 0.5, lora
