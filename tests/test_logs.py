@@ -58,9 +58,11 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # REPORT.md §3: 57 real outputs of broken launches, plus five recorded since from the same real SGLang
     # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, three checks of
     # its argument validation), plus four of a two-node launch on one host (a node missing on either side, a
-    # node killed while serving, a taken rendezvous port); each has a header to check against.
+    # node killed while serving, a taken rendezvous port), plus eight recorded to give a rule its second real
+    # log (a chat template, a load format and a tokenizer path the engine rejects, Python-syntax JSON, an
+    # engine switch, a host with a port, GPU features on a CPU device); each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 66
+    assert len(launches) == 74
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 
