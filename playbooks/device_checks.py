@@ -34,7 +34,7 @@ _HOST_WITH_PORT = re.compile(r"^(?P<host>[\w.-]+):(?P<port>\d{1,5})$")
 
 
 def check_device(view: CommandView) -> list[Finding]:
-    return [*_backends_off_device(view), *_host_with_port(view)]
+    return [*_backends_off_device(view), *_host_with_port(view), *_dist_init_addr_without_port(view)]
 
 
 def _backends_off_device(view: CommandView) -> list[Finding]:
@@ -82,6 +82,43 @@ def _host_with_port(view: CommandView) -> list[Finding]:
             confidence=0.8,
         )
     ]
+
+
+def _dist_init_addr_without_port(view: CommandView) -> list[Finding]:
+    """--dist-init-addr is host:port (the node rank 0 rendezvous). On one node it is not needed at all."""
+    addr = view.get("--dist-init-addr")
+    if not addr or re.search(r":\d+$", addr):
+        return []
+    single = view.nnodes <= 1
+    return [
+        Finding(
+            code="dist-init-addr-without-port",
+            severity="error",
+            category="tp-config",
+            flag="--dist-init-addr",
+            message=f"--dist-init-addr {addr} has no port (SGLang reads host:port)",
+            edits=(RemoveFlag(flag="--dist-init-addr"),) if single else (),
+            why="one node needs no rendezvous address: SGLang picks its own"
+            if single
+            else "every node must name the same host:port; only a person knows which port is open",
+            confidence=0.8 if single else 0.0,
+        )
+    ]
+
+
+@playbook(
+    id="sglang.network.dist-init-addr-without-port",
+    category="tp-config",
+    when=("exited", "hung", "unhealthy"),
+    pattern=r"Missing port in address|Port could not be cast|not enough values to unpack",
+    priority=18,
+)
+def dist_init_addr_without_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The rendezvous address has no port."""
+    found = [f for f in _dist_init_addr_without_port(ctx.view) if f.edits]
+    if not found:
+        return None
+    return fix(ctx, list(found[0].edits), "tp-config", found[0].message, why=found[0].why, confidence=0.8)
 
 
 @playbook(

@@ -39,6 +39,12 @@ GENERIC = frozenset(
         "auto",
         "config",
         "type",
+        # Words every engine message uses in another sense ("tokens", "requests"): alone they name nothing.
+        "token",
+        "tokens",
+        "total",
+        "requests",
+        "params",
     ]
 )
 
@@ -59,6 +65,9 @@ def named_in(name: str, text: str, every: bool = False) -> tuple[str, ...]:
     """The words of `name` the text shows, when they are most of its words (`every`: all of them) and one
     is long enough to be distinctive (≥5 letters, or the whole of a one-word name); else ()."""
     words = words_of(name)
+    if not words:
+        # Every word is a common one (`--max-total-tokens`): only the whole name, as one identifier, names it.
+        return named_exactly(name, text) if len(re.split(r"[-_.\s]+", name.strip("-"))) > 1 else ()
     squeezed = squeeze(text)
     hits = tuple(w for w in words if w in squeezed and _shown_as_word(w, text))
     enough = (len(hits) == len(words) if every else len(hits) * 2 >= len(words)) and any(

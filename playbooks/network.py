@@ -7,7 +7,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision, Retry
 from specdoctor.playbooks.host_checks import DEFAULT_PORT
-from specdoctor.tools.command import SetEnv, SetFreePort
+from specdoctor.tools.command import RemoveFlag, SetEnv, SetFreePort
 
 _BIND = re.compile(r"\[Errno 98\].*?\('([^']*)', (\d+)\)")
 
@@ -195,8 +195,18 @@ def rendezvous_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision | 
     scope="root",
 )
 def rendezvous_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """Node rank 0 cannot listen on the --dist-init-addr port (taken, often by an earlier launch)."""
+    """Node rank 0 cannot listen on the --dist-init-addr port (taken, often by an earlier launch); on one
+    node, a port the command pinned with --nccl-port is SGLang's to choose instead."""
     assert m is not None
+    if ctx.view.nnodes <= 1 and ctx.view.get("--nccl-port") == m.group(1):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--nccl-port")],
+            "port-in-use",
+            f"--nccl-port {m.group(1)} is taken ({m.group(2)})",
+            why="without --nccl-port SGLang picks a free port for its workers' rendezvous",
+            confidence=0.8,
+        )
     return stop(
         ctx,
         "port-in-use",

@@ -110,3 +110,27 @@ def unknown_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | N
 def _naming_a_template(built_in: tuple[str, ...]) -> str:
     names = f" ({', '.join(built_in[:6])}, ...)" if built_in else ""
     return f"another is named by --chat-template NAME{names} or a .jinja file"
+
+
+@playbook(
+    id="sglang.serving.queue-too-small-for-warmup",
+    category="other",
+    pattern=r"request queue is full",
+    priority=30,
+)
+def queue_too_small_for_warmup(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The server's own warm-up request is turned away by --max-queued-requests: it allows no waiting
+    request at all, so the launch never reaches ready."""
+    if not ctx.view.has("--max-queued-requests") or not re.search(
+        r"warmup|Initialization failed", ctx.search_text
+    ):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--max-queued-requests")],
+        "other",
+        f"--max-queued-requests {ctx.view.get('--max-queued-requests')} leaves no room for the warm-up request",
+        why="SGLang sends one request of its own before it reports ready; without the cap the queue is unbounded",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
+    )

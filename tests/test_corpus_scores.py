@@ -40,7 +40,8 @@ FLOORS = {
     "corpus-fresh-6": (8, 0),
     "corpus-fresh-7": (10, 0),
     "corpus-real-engine": (13, 0),
-    "corpus-real-engine-2": (10, 0),
+    "corpus-real-engine-2": (11, 0),
+    "corpus-real-engine-3": (12, 0),
 }
 
 

@@ -717,6 +717,10 @@ REAL_ENGINE_2 = [
     ("host-with-port-suffix", "sglang.network.host-with-port"),
     ("hierarchical-cache-on-cpu", "sglang.hardware.gpu-feature-off-device"),
 ]
+REAL_ENGINE_3 = [
+    ("dist-init-addr-without-port", "sglang.network.dist-init-addr-without-port"),
+    ("max-queued-requests-zero-rejects-warmup", "sglang.serving.queue-too-small-for-warmup"),
+]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
@@ -730,6 +734,7 @@ CASES = (
     + [("corpus-fresh-6", c, p) for c, p in FRESH6]
     + [("corpus-real-engine", c, p) for c, p in REAL_ENGINE]
     + [("corpus-real-engine-2", c, p) for c, p in REAL_ENGINE_2]
+    + [("corpus-real-engine-3", c, p) for c, p in REAL_ENGINE_3]
 )
 
 

@@ -205,3 +205,56 @@ def test_a_gpu_feature_switched_on_for_a_cpu_device_goes(tmp_path: Path) -> None
         f"{PY} --enable-lora --max-lora-rank 8 --lora-target-modules all",
     )
     assert lora["playbook"] != "sglang.hardware.gpu-feature-off-device" or lora["confidence"] < 0.5, lora
+
+
+DATA3 = DATA / "corpus-real-engine-3"
+
+
+def _case3(tmp_path: Path, name: str) -> dict:
+    path = tmp_path / f"{name}.json"
+    path.write_text((DATA3 / f"{name}.json").read_text())
+    return contract_for(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "recorded", "command", "edits"),
+    [
+        (
+            "dist-init-addr-without-port",
+            "dist-init-addr-localhost-without-port.rc137.txt",
+            f"{PY} --dist-init-addr localhost",
+            [{"op": "remove", "flag": "--dist-init-addr"}],
+        ),
+        (
+            "nccl-port-held-by-another-process",
+            "nccl-port-taken-by-http-server.rc137.txt",
+            f"{PY} --nccl-port 32291",
+            [{"op": "remove", "flag": "--nccl-port"}],
+        ),
+        (
+            "max-queued-requests-zero-rejects-warmup",
+            "max-queued-requests-zero-small-batch.rc137.txt",
+            f"{PY} --max-queued-requests 0 --max-running-requests 2",
+            [{"op": "remove", "flag": "--max-queued-requests"}],
+        ),
+    ],
+)
+def test_a_single_node_setting_the_engine_cannot_use_goes(
+    tmp_path: Path, case: str, recorded: str, command: str, edits: list
+) -> None:
+    assert _case3(tmp_path, case)["edits"] == edits
+    assert _recorded(recorded, command)["edits"] == edits
+
+
+def test_a_rendezvous_address_of_a_multi_node_launch_is_a_person_s() -> None:
+    # Two nodes must agree on the port: nothing to take back on one node's guess.
+    command = f"{PY} --dist-init-addr localhost --nnodes 2 --node-rank 0 --tp-size 2"
+    assert _recorded("dist-init-addr-localhost-without-port.rc137.txt", command)["edits"] == []
+
+
+def test_a_name_of_common_words_is_named_only_whole() -> None:
+    from specdoctor.playbooks.naming import named_in
+
+    # "tokens" is in countless messages; --max-total-tokens is named by max_total_tokens, not by "tokens".
+    assert not named_in("--max-total-tokens", "stop=['</s>'] is unavailable (decode tokens to text)")
+    assert named_in("--max-total-tokens", "max_total_tokens=4096 is smaller than the context length")
