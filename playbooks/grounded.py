@@ -170,12 +170,14 @@ def _change_a_suspect(
 
 def _nearest_first(edits: list[Edit], ctx: Context) -> list[Edit]:
     """Values the message lists for one numeric flag, nearest to the command's own first (`not in [0, 1,
-    3, 5, 7]` for 6 gives 5), the lower of two as near; any other list keeps the message's order."""
+    3, 5, 7]` for 6 gives 5), the lower of two as near; among words, `default`/`auto` first, then the
+    message's order."""
     flags = {getattr(e, "flag", None) for e in edits}
     current = ctx.view.float(next(iter(flags))) if len(flags) == 1 and None not in flags else None
     numbers = [_single_number(e) for e in edits]
     if current is None or None in numbers:
-        return edits
+        # Among words, the engine's own default (`default`, `auto`) asks least of the user.
+        return sorted(edits, key=lambda e: getattr(e, "values", ()) not in (("default",), ("auto",)))
     ranked = sorted(zip(numbers, edits, strict=True), key=lambda p: (abs(p[0] - current), p[0]))
     return [e for _, e in ranked]
 
