@@ -123,8 +123,8 @@ def internal_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if chosen := revert_prime_suspect(ctx, "SGLang crashed in its own code"):
         return chosen
     where = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
-    line = f":{where.line}" if where and where.line else ""
-    place = f" in {where.path.rsplit('sglang/', 1)[-1]}{line} ({where.function})" if where else ""
+    at = f":{where.line}" if where and where.line else ""
+    place = f" in {where.path.rsplit('sglang/', 1)[-1]}{at} ({where.function})" if where else ""
     return stop(
         ctx,
         "engine-bug",

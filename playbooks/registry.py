@@ -6,6 +6,7 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 
 _FAMILIES = (
     "flags",
+    "json_values",
     "speculative",
     "memory",
     "cuda_graph",

@@ -58,12 +58,13 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # REPORT.md §3: 57 real outputs of broken launches, plus five recorded since from the same real SGLang
     # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, three checks of
     # its argument validation), plus four of a two-node launch on one host (a node missing on either side, a
-    # node killed while serving, a taken rendezvous port), plus eleven recorded to give a rule its second real
+    # node killed while serving, a taken rendezvous port), plus twelve recorded to give a rule its second real
     # log (a chat template, a load format and a tokenizer path the engine rejects, Python-syntax JSON, an
     # engine switch, a host with a port, GPU features on a CPU device, an address without a port, a taken
-    # --nccl-port, a queue too small for the warm-up); each has a header to check against.
+    # --nccl-port, a queue too small for the warm-up, a JSON config with keys its object lacks); each has a
+    # header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 77
+    assert len(launches) == 78
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

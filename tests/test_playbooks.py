@@ -717,6 +717,7 @@ REAL_ENGINE_2 = [
     ("host-with-port-suffix", "sglang.network.host-with-port"),
     ("hierarchical-cache-on-cpu", "sglang.hardware.gpu-feature-off-device"),
 ]
+REAL_ENGINE_4 = [("radix-eviction-slru-with-tlru-config-keys", "sglang.flag.json-unknown-key")]
 REAL_ENGINE_3 = [
     ("dist-init-addr-without-port", "sglang.network.dist-init-addr-without-port"),
     ("max-queued-requests-zero-rejects-warmup", "sglang.serving.queue-too-small-for-warmup"),
@@ -735,6 +736,7 @@ CASES = (
     + [("corpus-real-engine", c, p) for c, p in REAL_ENGINE]
     + [("corpus-real-engine-2", c, p) for c, p in REAL_ENGINE_2]
     + [("corpus-real-engine-3", c, p) for c, p in REAL_ENGINE_3]
+    + [("corpus-real-engine-4", c, p) for c, p in REAL_ENGINE_4]
 )
 
 

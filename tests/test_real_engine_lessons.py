@@ -258,3 +258,27 @@ def test_a_name_of_common_words_is_named_only_whole() -> None:
     # "tokens" is in countless messages; --max-total-tokens is named by max_total_tokens, not by "tokens".
     assert not named_in("--max-total-tokens", "stop=['</s>'] is unavailable (decode tokens to text)")
     assert named_in("--max-total-tokens", "max_total_tokens=4096 is smaller than the context length")
+
+
+DATA4 = DATA / "corpus-real-engine-4"
+
+
+def test_a_json_config_with_keys_its_object_lacks_goes(tmp_path: Path) -> None:
+    # slru given tlru's keys: "SLRUStrategy.__init__() got an unexpected keyword argument 'threshold'".
+    path = tmp_path / "case.json"
+    path.write_text((DATA4 / "radix-eviction-slru-with-tlru-config-keys.json").read_text())
+    assert contract_for(path)["edits"] == [{"op": "remove", "flag": "--radix-eviction-policy-config"}]
+    # lru given any keys: "LRUStrategy() takes no arguments".
+    recorded = _recorded(
+        "radix-eviction-lru-with-slru-config-keys.rc137.txt",
+        f"{PY} --radix-eviction-policy lru --radix-eviction-policy-config '{{\"protected_threshold\": 4}}'",
+    )
+    assert recorded["edits"] == [{"op": "remove", "flag": "--radix-eviction-policy-config"}], recorded
+
+
+def test_an_engine_bug_stop_quotes_the_error_line(tmp_path: Path) -> None:
+    path = tmp_path / "case.json"
+    path.write_text((DATA4 / "kv-canary-on-cpu-device-stream.json").read_text())
+    contract = contract_for(path)
+    if contract["playbook"] == "sglang.engine.internal-crash":
+        assert contract["summary"].endswith("got an unexpected keyword argument 'device'"), contract
