@@ -25,6 +25,7 @@ from specdoctor.tools.command import (
 )
 from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
 from specdoctor.tools.help_parser import FlagInfo
+from specdoctor.tools.sglang_facts import facts_for
 from specdoctor.tools.similarity import only_version_differs
 
 
@@ -40,6 +41,9 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if opt.name in _HELP:
             findings.append(_asks_for_help(opt))
             continue
+        if spec.is_serve_cli and opt.name in (serve := facts_for(catalog.version).serve_options):
+            findings.extend(_serve_option(opt, serve[opt.name]))
+            continue
         resolution = catalog.resolve(opt.name)
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
@@ -50,6 +54,28 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
 
 
 _HELP = ("--help", "-h")
+
+
+def _serve_option(opt: Option, choices: tuple[str, ...]) -> list[Finding]:
+    """An option of `sglang serve` itself (not of the backend it starts): only its choices are checked."""
+    value = " ".join(opt.values)
+    if value in choices:
+        return []
+    return [
+        Finding(
+            code="invalid-choice",
+            severity="error",
+            category="invalid-choice",
+            flag=opt.name,
+            message=f"`sglang serve {opt.name} {value}`: it chooses the serving backend, one of {', '.join(choices)}",
+            evidence=(
+                f"ValueError: Unknown serve backend '{value}'. Available values: {', '.join(choices)}.",
+            ),
+            edits=(RemoveFlag(flag=opt.name),),
+            why=f"without it `sglang serve` detects the backend from the model ({choices[0]})",
+            confidence=0.8,
+        )
+    ]
 
 
 def _asks_for_help(opt: Option) -> Finding:

@@ -42,7 +42,7 @@ FLOORS = {
     "corpus-real-engine": (13, 0),
     "corpus-real-engine-2": (11, 0),
     "corpus-real-engine-3": (12, 0),
-    "corpus-real-engine-4": (3, 0),
+    "corpus-real-engine-4": (4, 0),
 }
 
 

@@ -282,3 +282,19 @@ def test_an_engine_bug_stop_quotes_the_error_line(tmp_path: Path) -> None:
     contract = contract_for(path)
     if contract["playbook"] == "sglang.engine.internal-crash":
         assert contract["summary"].endswith("got an unexpected keyword argument 'device'"), contract
+
+
+def test_sglang_serve_s_own_backend_option_is_known(tmp_path: Path) -> None:
+    from specdoctor.agent.preflight import preflight
+
+    def codes(command: str) -> list[str]:
+        return [f.code for f in preflight(LaunchCommand.parse(command), CAT, host=False).findings]
+
+    serve = "sglang serve --model-path /models/tiny-llama --device cpu"
+    assert not {"unknown-flag", "invalid-choice"} & set(codes(f"{serve} --model-type llm"))
+    assert "invalid-choice" in codes(f"{serve} --model-type llama")
+    # launch_server has no such option: there it is still an unknown flag.
+    assert codes(f"{PY} --model-type llm")
+    path = tmp_path / "case.json"
+    path.write_text((DATA4 / "serve-model-type-architecture-name.json").read_text())
+    assert contract_for(path)["edits"] == [{"op": "remove", "flag": "--model-type"}]

@@ -89,6 +89,11 @@ class EngineFacts(BaseModel):
         default=("triton", "flashinfer", "fa3", "auto"),
         description="Backend names that run on most NVIDIA/AMD GPUs, preferred when a check allows several.",
     )
+    serve_options: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Options `sglang serve` itself takes before handing the rest to a backend, with their "
+        "choices (its --help's 'Optional override' line).",
+    )
     chat_templates: tuple[str, ...] = Field(
         default=(),
         description="Names --chat-template accepts besides a file: the conversation templates SGLang registers.",
@@ -150,6 +155,7 @@ def releases() -> dict[str, EngineFacts]:
                 pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
             ),
             acceptance=Acceptance(working={"NGRAM": 1.1}),
+            serve_options={"--model-type": ("auto", "llm", "diffusion")},
             # srt/parser/conversation.py: register_conv_template(Conversation(name=...)).
             chat_templates=(
                 "llama-2",
