@@ -30,7 +30,7 @@ RUNS_ON: dict[str, frozenset[str]] = {
 }
 """Attention backends each non-GPU device runs (cuda and rocm run the rest)."""
 _ENGINE_NAMES_IT = re.compile(r"backend(?: for \w+)? is only supported on", re.I)
-_HOST_WITH_PORT = re.compile(r"^(?P<host>[\w.-]+):(?P<port>\d{1,5})$")
+_HOST_WITH_PORT = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>[\w.-]+)(?::(?P<port>\d{1,5}))?/?$")
 
 
 def check_device(view: CommandView) -> list[Finding]:
@@ -65,7 +65,7 @@ def _backends_off_device(view: CommandView) -> list[Finding]:
 def _host_with_port(view: CommandView) -> list[Finding]:
     host = view.get("--host")
     m = _HOST_WITH_PORT.match(host or "")
-    if not m:
+    if not m or not (m["scheme"] or m["port"]):
         return []
     port = view.get("--port")
     same = port is None or port == m["port"]
@@ -75,9 +75,10 @@ def _host_with_port(view: CommandView) -> list[Finding]:
             severity="error",
             category="other",
             flag="--host",
-            message=f"--host {host} carries a port; SGLang joins --host and --port into one address",
+            message=f"--host {host} carries {'a scheme' if m['scheme'] else 'a port'}; SGLang builds its "
+            "addresses from a bare host and --port",
             edits=(SetFlag(flag="--host", values=(m["host"],)),),
-            why=f"--host {m['host']}; the port is --port's"
+            why=f"--host {m['host']}; the port is --port's and the scheme SGLang's own"
             + ("" if same else f" (the command's --port {port}, not {m['port']})"),
             confidence=0.8,
         )
@@ -147,7 +148,7 @@ def backend_off_device(ctx: Context, m: re.Match[str] | None) -> Decision | None
     category="other",
     when=("exited", "hung", "unhealthy"),
     pattern=r"Port could not be cast to integer|Invalid (?:IPv6 URL|address)|nodename nor servname|"
-    r"Name or service not known|getaddrinfo failed",
+    r"Name or service not known|getaddrinfo failed|rendezvous: port number missing",
     priority=18,
 )
 def host_with_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:

@@ -14,6 +14,7 @@ from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
+from specdoctor.tools.flag_synonyms import BY_WRITTEN
 from specdoctor.tools.similarity import score
 
 ARGPARSE = (
@@ -93,6 +94,9 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
     if not candidates:
         return None
     meant = ctx.catalog.canonical(written)
+    synonym = BY_WRITTEN.get(written)
+    if meant not in candidates and synonym is not None and synonym.target in candidates:
+        meant = synonym.target  # vLLM's name for it (`--tokenizer`): the same setting, not a prefix
     if meant not in candidates:
         ranked = sorted(candidates, key=lambda c: -score(written, c))
         meant = (

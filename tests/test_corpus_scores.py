@@ -43,6 +43,7 @@ FLOORS = {
     "corpus-real-engine-2": (11, 0),
     "corpus-real-engine-3": (12, 0),
     "corpus-real-engine-4": (4, 0),
+    "corpus-real-engine-5": (9, 0),
 }
 
 

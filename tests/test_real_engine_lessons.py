@@ -298,3 +298,24 @@ def test_sglang_serve_s_own_backend_option_is_known(tmp_path: Path) -> None:
     path = tmp_path / "case.json"
     path.write_text((DATA4 / "serve-model-type-architecture-name.json").read_text())
     assert contract_for(path)["edits"] == [{"op": "remove", "flag": "--model-type"}]
+
+
+DATA5 = DATA / "corpus-real-engine-5"
+
+
+@pytest.mark.parametrize(
+    ("case", "edits"),
+    [
+        # `--host http://0.0.0.0`: "tcp:// rendezvous: port number missing".
+        ("host-given-as-url-with-scheme", [{"op": "set", "flag": "--host", "values": ["0.0.0.0"]}]),
+        # vLLM's `--tokenizer`, which argparse reads as an ambiguous prefix of six SGLang flags.
+        (
+            "vllm-tokenizer-flag-ambiguous-prefix",
+            [{"op": "rename", "flag": "--tokenizer", "to": "--tokenizer-path", "values": None}],
+        ),
+    ],
+)
+def test_an_address_or_a_name_written_the_other_engine_s_way(tmp_path: Path, case: str, edits: list) -> None:
+    path = tmp_path / "case.json"
+    path.write_text((DATA5 / f"{case}.json").read_text())
+    assert contract_for(path)["edits"] == edits
