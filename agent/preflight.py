@@ -20,6 +20,7 @@ from specdoctor.playbooks.device_checks import check_device
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.host_checks import (
     check_gpu_presence,
+    check_host_address,
     check_model,
     check_parallel,
     check_port,
@@ -31,7 +32,7 @@ from specdoctor.playbooks.spec_checks import check_speculative
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
-from specdoctor.tools.system import ModelFacts, looks_local, model_facts, port_is_free
+from specdoctor.tools.system import ModelFacts, address_is_local, looks_local, model_facts, port_is_free
 
 if TYPE_CHECKING:
     from specdoctor.tools.gpu import GpuReport
@@ -48,6 +49,8 @@ class HostFacts(BaseModel):
 
     models: dict[str, ModelFacts] = {}
     ports: dict[str, bool] = {}
+    addresses: dict[str, bool] = {}
+    """Whether each --host is an address of this machine."""
     live: bool = True
 
     def model(self, path: str | None) -> ModelFacts | None:
@@ -56,6 +59,11 @@ class HostFacts(BaseModel):
         if path not in self.models and self.live:
             self.models[path] = model_facts(path)
         return self.models.get(path)
+
+    def address_local(self, host: str) -> bool | None:
+        if host not in self.addresses and self.live:
+            self.addresses[host] = address_is_local(host)
+        return self.addresses.get(host)
 
     def port_free(self, port: int, host: str) -> bool | None:
         key = f"{host}:{port}"
@@ -186,6 +194,8 @@ def _port(view: CommandView, host: HostFacts) -> list[Finding]:
     """The engine's port on this host, or for a container on a bridge network the host port published to it."""
     box = view.spec.container
     if box is None or box.host_network:
+        if host.address_local(port_of(view)[1]) is False:
+            return check_host_address(view)  # not ours: binding any port there fails, busy or not
         return check_port(view, host.port_free(*port_of(view)))
     reach = box.reach(port_of(view)[0])
     return check_published_port(view, host.port_free(reach[1], reach[0])) if reach else []

@@ -218,6 +218,25 @@ def check_port(view: CommandView, free: bool | None) -> list[Finding]:
     ]
 
 
+def check_host_address(view: CommandView) -> list[Finding]:
+    """--host names an address this machine does not have: the server cannot bind it, and SGLang's own
+    readiness request to it waits until its timeout (half an hour) before the launch is called failed."""
+    host = port_of(view)[1]
+    return [
+        Finding(
+            code="host-not-local",
+            severity="error",
+            category="other",
+            flag="--host",
+            message=f"--host {host} is not an address of this machine: SGLang would wait for its own server "
+            "there until it times out",
+            edits=(SetFlag(flag="--host", values=("0.0.0.0",)),),
+            why="0.0.0.0 listens on every address this machine has, including the one clients were meant to use",
+            confidence=0.8,
+        )
+    ]
+
+
 def port_of(view: CommandView) -> tuple[int, str]:
     """The HTTP port and host the command binds."""
     return view.int("--port") or DEFAULT_PORT, view.get("--host") or "127.0.0.1"

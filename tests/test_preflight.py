@@ -406,3 +406,27 @@ def test_a_model_path_must_be_a_folder_or_a_hub_repo_id(path, code):
     if code == "repo-id-revision":
         assert report.corrected.value("--model-path") == "TheBloke/Mistral-7B-v0.1-GPTQ"
         assert report.corrected.value("--revision") == "gptq-4bit-32g-actorder_True"
+
+
+def test_a_host_address_this_machine_lacks_is_named_before_launch() -> None:
+    # corpus-real-engine-5's `--host 192.168.1.50` hung for half an hour on the real engine: SGLang's own
+    # readiness request retries an address nothing listens on. 192.0.2.0/24 is reserved for documentation.
+    from specdoctor.agent.preflight import HostFacts, preflight
+    from specdoctor.tools.system import address_is_local
+
+    assert not address_is_local("192.0.2.10")
+    assert (
+        address_is_local("127.0.0.1")
+        and address_is_local("0.0.0.0")
+        and address_is_local("no-such-host.invalid")
+    )
+    spec = LaunchCommand.parse(
+        "python -m sglang.launch_server --model-path /tmp/m --host 192.0.2.10 --port 31999"
+    )
+    report = preflight(spec, CAT)
+    found = [f for f in report.findings if f.code == "host-not-local"]
+    assert found and found[0].edits[0].values == ("0.0.0.0",)
+    assert not [f for f in report.findings if f.code == "port-busy"], "an address we lack is not a busy port"
+    # Replayed facts that never recorded the address say nothing.
+    quiet = preflight(spec, CAT, facts=HostFacts(live=False))
+    assert not [f for f in quiet.findings if f.code == "host-not-local"]

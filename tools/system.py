@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -27,6 +28,23 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
             return True  # an unresolvable --host is not a busy port; SGLang will report the name itself
         except OSError:
             return False
+    return True
+
+
+def address_is_local(host: str) -> bool:
+    """Is `host` an address of this machine (can a server bind it)? A name that does not resolve, or a
+    wildcard, counts as local: the engine reports names itself."""
+    bind_host = host.strip("[]")
+    if bind_host in ("", "0.0.0.0", "::"):
+        return True
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((bind_host, 0))
+        except socket.gaierror:
+            return True
+        except OSError as exc:
+            return exc.errno != errno.EADDRNOTAVAIL
     return True
 
 
