@@ -14,12 +14,13 @@ from functools import cached_property
 from typing import TypeVar
 
 from specdoctor.playbooks.decision import Category, Decision, Finding, Fix, Stop
+from specdoctor.playbooks.reported import reported as sentences_reported
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
 from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.gpu import GpuReport
-from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.log_cause import Frame, RootCause
 from specdoctor.tools.outcome import Outcome, OutcomeKind
 from specdoctor.tools.system import ModelFacts
 
@@ -47,6 +48,11 @@ class Context:
     @cached_property
     def view(self) -> CommandView:
         return CommandView(self.spec, self.catalog)
+
+    @cached_property
+    def reported(self) -> tuple[str, ...]:
+        """Sentences a person wrote about the failure next to the log (`playbooks/reported.py`), read once."""
+        return tuple(sentences_reported(self.log_text))
 
     @cached_property
     def root_text(self) -> str:
@@ -240,11 +246,19 @@ def _raised_at(ctx: Context) -> str:
     if ctx.engine_check is not None:
         site = ctx.engine_check.site
         return f"{site.file}:{site.line} ({site.function})"
-    raising = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
-    if raising is None:
-        return "not in the log"
-    line = f":{raising.line}" if raising.line else ""  # a frame quoted without its line number
-    return f"{raising.path.rsplit('sglang/', 1)[-1]}{line} ({raising.function})"
+    raising = sglang_frame(ctx)
+    return place_of(raising) if raising else "not in the log"
+
+
+def sglang_frame(ctx: Context) -> Frame | None:
+    """The innermost frame of the root cause inside SGLang's code."""
+    return next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
+
+
+def place_of(frame: Frame) -> str:
+    """`srt/x.py:12 (function)`: where in SGLang a frame is (no line when the log quoted none)."""
+    line = f":{frame.line}" if frame.line else ""
+    return f"{frame.path.rsplit('sglang/', 1)[-1]}{line} ({frame.function})"
 
 
 def _version_for_report(ctx: Context) -> str:

@@ -13,7 +13,6 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.reported import reported
 from specdoctor.playbooks.suspects import MIN_WEIGHT, failing_path, ranked_suspects
 from specdoctor.tools.command import SetEnv, SetFlag
 
@@ -41,7 +40,7 @@ def deepgemm_default(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if any(s.weight >= MIN_WEIGHT for s in ranked_suspects(ctx)):
         return None  # a setting the user chose is on the failing path: that, not a default, is the lead
     error, stack = failing_path(ctx)
-    said = "\n".join(reported(ctx.log_text))
+    said = "\n".join(ctx.reported)
     where = "\n".join((error, stack, said))
     if not _DEEPGEMM.search(where) or _IN_ATTENTION.search(f"{where}\n{ctx.search_text}"):
         return None  # sparse attention's indexer calls DeepGEMM itself, whatever the GEMM switches say
@@ -66,7 +65,7 @@ def deepgemm_default(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def default_named(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The person reporting the failure names a feature SGLang runs by default as one of its conditions
     (`with ... and the default overlap schedule enabled, ... hangs`): its --disable- switch is the lead."""
-    said = "\n".join(reported(ctx.log_text))
+    said = "\n".join(ctx.reported)
     if not said:
         return None
     found = [

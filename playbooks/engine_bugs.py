@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.base import Context, fix, place_of, playbook, sglang_frame, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.suspects import revert_prime_suspect
 from specdoctor.tools.command import SetFlag
@@ -122,9 +122,8 @@ def internal_crash(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         )
     if chosen := revert_prime_suspect(ctx, "SGLang crashed in its own code"):
         return chosen
-    where = next((f for f in reversed(ctx.root.frames) if "sglang" in f.path), None)
-    at = f":{where.line}" if where and where.line else ""
-    place = f" in {where.path.rsplit('sglang/', 1)[-1]}{at} ({where.function})" if where else ""
+    where = sglang_frame(ctx)
+    place = f" in {place_of(where)}" if where else ""
     return stop(
         ctx,
         "engine-bug",

@@ -13,6 +13,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.playbooks.json_values import json_container, reads_json
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
 from specdoctor.tools.flag_synonyms import BY_WRITTEN
 from specdoctor.tools.similarity import score
@@ -193,3 +194,44 @@ def _summary(findings: list[Finding]) -> str:
 
 def _why(findings: list[Finding]) -> str:
     return " ".join(f"{f.flag}: {f.why}." for f in findings if f.why)
+
+
+_UNEXPECTED_KEY = r"got an unexpected keyword argument '(?P<key>\w+)'|\b\w+\(\) takes no arguments"
+
+
+@playbook(id="sglang.flag.json-unknown-key", category="other", pattern=_UNEXPECTED_KEY, priority=40)
+def json_unknown_key(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A JSON flag's keys become keyword arguments of the object it configures (an eviction strategy, a
+    loader): a key that object does not take (or any key, for one that takes none) is the user's, and the
+    flag that carries it goes."""
+    assert m is not None
+    key = m["key"]
+    carriers = [flag for flag, keys in _json_objects(ctx) if (key in keys if key else keys)]
+    if len(carriers) != 1:
+        return None
+    flag = carriers[0]
+    said = f"passes `{key}`, which" if key else "passes settings, which"
+    return fix(
+        ctx,
+        [RemoveFlag(flag=flag)],
+        "other",
+        f"{flag} {said} the object it configures does not take",
+        why=f"SGLang hands {flag}'s keys to the object as keyword arguments; without the flag it is built "
+        "with its defaults",
+        evidence=(m.group(0),),
+        confidence=0.6,
+    )
+
+
+def _json_objects(ctx: Context) -> list[tuple[str, tuple[str, ...]]]:
+    """(flag, its keys) for every JSON object the command gives a flag that reads JSON."""
+    found = []
+    for option in ctx.spec.options():
+        flag = ctx.view.canon(option.name)
+        info = ctx.catalog.get(flag)
+        value = " ".join(option.values)
+        if info is None or not reads_json(info) or not value:
+            continue
+        if isinstance(parsed := json_container(value), dict):
+            found.append((flag, tuple(parsed)))
+    return found

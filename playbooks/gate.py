@@ -10,13 +10,12 @@ when this run set it.
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdoctor.playbooks.json_values import json_container, python_literal
 from specdoctor.playbooks.spec_checks import builtin_algorithms
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
@@ -293,23 +292,8 @@ def _respelled(value: str, written: set[str]) -> bool:
 def _requoted(value: str, written: set[str]) -> bool:
     """JSON's spelling of a Python literal the user wrote (`{'a': True}` → `{"a": true}`): the same
     parsed value, so nothing in it came from anywhere but the user."""
-    parsed = _json_value(value)
-    return parsed is not None and any(_python_value(w) == parsed for w in written)
-
-
-def _json_value(text: str) -> object | None:
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict | list) else None
-
-
-def _python_value(text: str) -> object | None:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
+    parsed = json_container(value)
+    return parsed is not None and any(python_literal(w) == parsed for w in written)
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

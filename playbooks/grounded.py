@@ -17,7 +17,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_in
-from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED
+from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
@@ -224,8 +224,7 @@ def _confidence(read: FieldRead, several: bool) -> float:
     chose (LoRA, a quantization) changes what is served: a person's call whatever the grounds."""
     ranked = several or read.trips is None
     found = 0.45 if ranked else 0.7 if read.trips else 0.55
-    capability = edit_policy().flag(read.flag or "").edit_class != "tuning"
-    return min(found, 0.45) if capability else found
+    return found if is_tuning(read.flag or "") else min(found, 0.45)
 
 
 def _every_part_must_hold(reading: SiteReading) -> bool:

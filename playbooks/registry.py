@@ -6,7 +6,6 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 
 _FAMILIES = (
     "flags",
-    "json_values",
     "speculative",
     "memory",
     "cuda_graph",
@@ -15,7 +14,7 @@ _FAMILIES = (
     "serving",
     "model",
     "weights",
-    "device_checks",
+    "devices",
     "hardware",
     "message_asks",
     "engine_advice",

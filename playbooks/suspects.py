@@ -15,7 +15,6 @@ from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_exactly, named_in, squeeze
-from specdoctor.playbooks.reported import reported
 from specdoctor.playbooks.take_back import take_back
 from specdoctor.tools.command import Edit, Option, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
@@ -80,7 +79,7 @@ def failing_path(ctx: Context) -> tuple[str, str]:
 def suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect]:
     """Every chosen setting the failure names (but those in `ignore`: a rule that has ruled them out)."""
     error, stack = failing_path(ctx)
-    prose = "\n".join(reported(ctx.log_text))
+    prose = "\n".join(ctx.reported)
     found = (*_flag_suspects(ctx, error, stack, prose), *_env_suspects(ctx, error, stack))
     return [s for s in found if s and s.setting not in ignore]
 
@@ -231,10 +230,15 @@ def _rank(found: Suspect) -> tuple[int, int]:
     return -found.weight, _class_rank(found.setting)
 
 
-def _class_rank(setting: str) -> int:
+def is_tuning(setting: str) -> bool:
+    """How the same model runs (the edit policy's `tuning`), for a flag or an engine variable."""
     policy = edit_policy()
-    edit_class = policy.flag(setting) if setting.startswith("--") else policy.env(setting)
-    return 0 if edit_class.edit_class == "tuning" else 1
+    classed = policy.flag(setting) if setting.startswith("--") else policy.env(setting)
+    return classed.edit_class == "tuning"
+
+
+def _class_rank(setting: str) -> int:
+    return 0 if is_tuning(setting) else 1
 
 
 def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = frozenset()) -> Decision | None:
@@ -256,7 +260,7 @@ def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = fr
             f"back at SGLang's default ({undo}) the launch takes the engine's default path"
         ),
         # Taking back a capability (LoRA adapters, a quantization) changes what is served: a person's call.
-        confidence=0.6 if found.weight >= 3 and _class_rank(found.setting) == 0 else 0.45,
+        confidence=0.6 if found.weight >= 3 and is_tuning(found.setting) else 0.45,
     )
 
 

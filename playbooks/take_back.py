@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from specdoctor.playbooks.base import Context
+from specdoctor.playbooks.device_checks import RUNS_ON
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 from specdoctor.tools.help_parser import FlagInfo
 
@@ -34,7 +35,7 @@ def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tup
     (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
     that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
     # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
-    on_gpu = ctx.view.get("--device") in (None, "cuda", "auto")
+    on_gpu = (ctx.view.get("--device") or "cuda").lower() not in RUNS_ON
     portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
     if (
         portable

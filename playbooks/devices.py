@@ -1,0 +1,104 @@
+"""Launches that die of a setting the device or the host cannot have: the static checks of
+`device_checks.py`, applied when SGLang's own error shows it."""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.device_checks import (
+    RUNS_ON,
+    backends_off_device,
+    dist_init_addr_without_port,
+    host_with_port,
+)
+from specdoctor.playbooks.naming import category_of
+from specdoctor.playbooks.suspects import MIN_WEIGHT, is_tuning, ranked_suspects
+
+_ENGINE_NAMES_IT = re.compile(r"backend(?: for \w+)? is only supported on", re.I)
+
+
+@playbook(
+    id="sglang.network.dist-init-addr-without-port",
+    category="tp-config",
+    when=("exited", "hung", "unhealthy"),
+    pattern=r"Missing port in address|Port could not be cast|not enough values to unpack",
+    priority=18,
+)
+def rendezvous_address_without_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The rendezvous address has no port."""
+    found = [f for f in dist_init_addr_without_port(ctx.view) if f.edits]
+    if not found:
+        return None
+    return fix(ctx, list(found[0].edits), "tp-config", found[0].message, why=found[0].why, confidence=0.8)
+
+
+@playbook(
+    id="sglang.hardware.backend-off-device",
+    category="attention-backend",
+    when=("exited", "hung", "unhealthy"),
+    priority=18,
+)
+def backend_the_device_lacks(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A GPU attention backend chosen on a CPU, NPU, XPU, HPU or Apple device: whatever broke, it did not run."""
+    found = backends_off_device(ctx.view)
+    if not found or _ENGINE_NAMES_IT.search(ctx.root_text):
+        return None  # the engine's own "only supported on" message has its own rule (backends.py)
+    return fix(
+        ctx,
+        [e for f in found for e in f.edits],
+        "attention-backend",
+        found[0].message,
+        why=found[0].why,
+        confidence=0.8,
+    )
+
+
+@playbook(
+    id="sglang.network.host-with-port",
+    category="other",
+    when=("exited", "hung", "unhealthy"),
+    pattern=r"Port could not be cast to integer|Invalid (?:IPv6 URL|address)|nodename nor servname|"
+    r"Name or service not known|getaddrinfo failed|rendezvous: port number missing",
+    priority=18,
+)
+def host_written_with_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The address the server or its workers build from --host and --port is not an address."""
+    found = host_with_port(ctx.view)
+    if not found:
+        return None
+    return fix(ctx, list(found[0].edits), "other", found[0].message, why=found[0].why, confidence=0.8)
+
+
+_NEEDS_A_GPU = (
+    r"Torch not compiled with CUDA enabled|0 active drivers \(\[\]\)|No CUDA GPUs are available|"
+    r"CUDA is not available|Found no NVIDIA driver|requires a CUDA or other accelerator"
+)
+
+
+@playbook(id="sglang.hardware.gpu-feature-off-device", category="other", pattern=_NEEDS_A_GPU, priority=19)
+def gpu_feature_off_device(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The command runs on a CPU (NPU, XPU, HPU, Apple) device by choice, and something it switched on
+    reached for a GPU: the setting the failing code belongs to goes, the device stays."""
+    if (ctx.view.get("--device") or "").lower() not in RUNS_ON:
+        return None
+    ranked = ranked_suspects(ctx)
+    # The switch that turns the feature on, rather than one of its settings (--enable-hierarchical-cache,
+    # not --hicache-write-policy): without it the rest is not read.
+    switches = [s for s in ranked if s.setting.startswith("--enable-")]
+    ranked = switches or ranked
+    if not ranked or (len(ranked) > 1 and ranked[1].weight == ranked[0].weight):
+        return None
+    found = ranked[0]
+    return fix(
+        ctx,
+        list(found.edits),
+        category_of(found.setting),
+        f"{found.setting} needs a GPU, and the command runs on --device {ctx.view.get('--device')}",
+        why=f"the failing code is {found.setting}'s ({', '.join(found.words)}) and asks for CUDA, which this "
+        "device has not; without it SGLang stays on the device's own code path",
+        evidence=(m.group(0),) if m else (),
+        # Taking back a capability (LoRA) changes what is served: a person's call.
+        confidence=0.6 if found.weight >= MIN_WEIGHT and is_tuning(found.setting) else 0.45,
+    )
