@@ -15,6 +15,7 @@ import ast
 import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_in
 from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning
@@ -45,7 +46,7 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     if _culprits(reading):
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
     if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
-        return _engine_bug(ctx, reading)
+        return _brought_in_by_the_command(ctx, reading) or _engine_bug(ctx, reading)
     return _switch_off_the_path(ctx, reading)
 
 
@@ -81,6 +82,26 @@ def _switch_off_the_path(ctx: Context, reading: SiteReading) -> Decision | None:
         why=f"with {switch.flag} the launch never reaches the check, and {kept} stays as chosen",
         evidence=_evidence(ctx, reading),
         confidence=0.6,
+    )
+
+
+def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision | None:
+    """The check reads only defaults, but SGLang logged that it changed what the check is about because
+    of a setting the command chose: that setting put the launch on the failing path."""
+    about = " ".join([ctx.root.error_line or reading.site.template, *(r.field for r in reading.reads)])
+    found = brought_in(ctx, about)
+    if found is None:
+        return None
+    return fix(
+        ctx,
+        list(found.edits),
+        _category(reading),
+        f"SGLang's check at {_where(reading)} fails on a setting SGLang brought in because of {found.setting}",
+        why=f"SGLang logged `{found.line}`, and its check then failed ({reading.site.condition or reading.site.template}); "
+        f"without {found.setting} the launch does not take that path",
+        evidence=(*_evidence(ctx, reading), found.line),
+        # The log's word ties the two together, not the check's own fields.
+        confidence=0.45,
     )
 
 

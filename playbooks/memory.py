@@ -11,6 +11,7 @@ from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import launch_gpus, visible_gpus
 from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.gpu_parse import processes_in_text
 
 MAX_FRACTION = 0.95
@@ -52,7 +53,10 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     current = _fraction(ctx)
     suggested = _ABOVE.search(ctx.search_text)
     target = float(suggested.group(1)) + 0.03 if suggested else max((current or AUTO_FRACTION) + 0.05, 0.88)
-    target = round(min(target, MAX_FRACTION), 2)
+    # SGLang's stated minimum can sit below any sensible share (an activation reserve that ate the auto
+    # value): the lowest share the edit policy allows is then the smallest raise that clears it.
+    lowest = edit_policy().ranges.get("--mem-fraction-static", (0.0, 1.0))[0]
+    target = round(min(max(target, lowest), MAX_FRACTION), 2)
     busy = _busy_gpus(ctx)
     if busy:
         return stop(

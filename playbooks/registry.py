@@ -11,6 +11,7 @@ _FAMILIES = (
     "cuda_graph",
     "parallel",
     "network",
+    "addresses",
     "serving",
     "model",
     "weights",

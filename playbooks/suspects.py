@@ -41,6 +41,7 @@ _WEIGHTS = {
     "help in stack": 2,
     "area in stack": 2,
     "name in stack": 1,
+    "module in stack": 2,
     "value in report": 2,
     "name in report": 2,
     "the one choice on a cut path": 1,
@@ -111,12 +112,17 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         # mention of the model: no evidence about the setting.
         family = squeeze(value) in squeeze(ctx.view.get("--model-path") or "")
         values = [value] if value and not _numeric(value) and not family else []
-        yield (
-            _strongest(flag, values, names, error, stack, edits)
-            or _other_name_suspect(flag, error, edits)
-            or _in_prose(flag, values, names, prose, edits)
-            or _code_suspect(flag, info, ctx, edits, switch)
+        found = _strongest(flag, values, names, error, stack, edits) or _other_name_suspect(
+            flag, error, edits
         )
+        if found is None or found.weight < MIN_WEIGHT:
+            found = (
+                _in_prose(flag, values, names, prose, edits)
+                or _own_module(flag, ctx, edits)
+                or _code_suspect(flag, info, ctx, edits, switch)
+                or found
+            )
+        yield found
 
 
 def _in_prose(
@@ -130,6 +136,25 @@ def _in_prose(
     if hit := next((h for n in names if (h := _written(n, prose) or named_in(n, prose, every=True))), ()):
         return _suspect(flag, "name in report", hit, edits)
     return None
+
+
+def _own_module(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
+    """The failure runs through SGLang's own module for the setting, a folder or file named after the flag
+    itself (`srt/kv_canary/` for --kv-canary, `hicache_storage.py` for --hicache-storage-backend's feature):
+    that code runs only because the command switched the feature on. Only the innermost frames count: the
+    outer ones are the scheduler's start-up, which calls every feature's set-up."""
+    own = squeeze(re.sub(r"^--(?:enable|use)-", "", flag))
+    if len(own) < 5:
+        return None
+    inner = [f for f in ctx.root.frames if "sglang" in f.path][-_INNER_FRAMES:]
+    for frame in inner:
+        parts = frame.path.rsplit("sglang/", 1)[-1].removesuffix(".py").split("/")
+        if any(squeeze(p) == own for p in parts):
+            return _suspect(flag, "module in stack", (own,), edits)
+    return None
+
+
+_INNER_FRAMES = 4
 
 
 def _other_name_suspect(flag: str, error: str, edits: tuple[Edit, ...]) -> Suspect | None:
@@ -269,6 +294,7 @@ _HOW = {
     "value in stack": "the traceback's files and functions name its value",
     "name in error": "the error message names it",
     "name in stack": "the traceback's files and functions name it",
+    "module in stack": "the traceback runs through SGLang's own module for it",
     "help in stack": "its --help names the module the traceback runs through",
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
     "value in report": "the report of the failure names its value",

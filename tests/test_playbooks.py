@@ -717,10 +717,19 @@ REAL_ENGINE_2 = [
     ("host-with-port-suffix", "sglang.network.host-with-port"),
     ("hierarchical-cache-on-cpu", "sglang.hardware.gpu-feature-off-device"),
 ]
-REAL_ENGINE_4 = [("radix-eviction-slru-with-tlru-config-keys", "sglang.flag.json-unknown-key")]
+REAL_ENGINE_4 = [
+    ("radix-eviction-slru-with-tlru-config-keys", "sglang.flag.json-unknown-key"),
+    ("kv-canary-on-cpu-device-stream", "sglang.feature.named-in-error"),
+    ("rl-on-policy-target-on-cpu", "sglang.source.check"),
+]
+REAL_ENGINE_5 = [
+    ("host-ip-not-on-this-machine-hangs", "sglang.network.own-address-unreachable"),
+    ("chunked-prefill-size-zero-kv-budget-negative", "sglang.memory.kv-pool-empty"),
+]
 REAL_ENGINE_3 = [
     ("dist-init-addr-without-port", "sglang.network.dist-init-addr-without-port"),
     ("max-queued-requests-zero-rejects-warmup", "sglang.serving.queue-too-small-for-warmup"),
+    ("env-dist-init-method-override-without-tcp-scheme", "sglang.network.init-method-without-scheme"),
 ]
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
@@ -737,6 +746,7 @@ CASES = (
     + [("corpus-real-engine-2", c, p) for c, p in REAL_ENGINE_2]
     + [("corpus-real-engine-3", c, p) for c, p in REAL_ENGINE_3]
     + [("corpus-real-engine-4", c, p) for c, p in REAL_ENGINE_4]
+    + [("corpus-real-engine-5", c, p) for c, p in REAL_ENGINE_5]
 )
 
 
