@@ -71,7 +71,36 @@ def invalid_edits(
         reason = _text_problem(edit) or _problem(edit, command, catalog, original)
         if reason:
             refusals.append(Refusal(edit=_describe(edit), reason=reason))
-    return refusals
+    return refusals or _draft_refusals(command, edits, catalog)
+
+
+def _draft_refusals(command: LaunchCommand, edits: Sequence[Edit], catalog: FlagCatalog) -> list[Refusal]:
+    """A change of --speculative-algorithm that keeps a draft model made for another algorithm (an EAGLE-3
+    head run as EAGLE accepts nothing; a plain model is no EAGLE head)."""
+    changed = [
+        e for e in edits if isinstance(e, SetFlag) and catalog.canonical(e.flag) == "--speculative-algorithm"
+    ]
+    before = CommandView(command, catalog)
+    if not changed or not before.get("--speculative-draft-model-path"):
+        return []
+    after = CommandView(command.apply_all(list(edits), catalog.canonical), catalog)
+    from specdoctor.playbooks.translate import draft_kind
+
+    draft = after.get("--speculative-draft-model-path")
+    # What the draft is made for: its config or name says, else the algorithm the user ran it with.
+    made_for = (draft_kind(draft) if draft else None) or before.get("--speculative-algorithm") or ""
+    new = after.get("--speculative-algorithm") or ""
+    speculative = facts_for(catalog.version).speculative
+    # With no algorithm before, nothing says what an unnamed draft was made for (a rule reads it from the draft).
+    if not made_for or not draft or speculative.same_draft(made_for, new):
+        return []
+    return [
+        Refusal(
+            edit=_describe(changed[-1]),
+            reason=f"the draft model at --speculative-draft-model-path is made for {made_for}, and {new} loads "
+            "another kind of draft",
+        )
+    ]
 
 
 class Touch(BaseModel):

@@ -17,8 +17,10 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import category_of, named_in
+from specdoctor.playbooks.gate import invalid_edits
+from specdoctor.playbooks.naming import category_of, named_exactly, named_in
 from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning
+from specdoctor.playbooks.take_back import its_settings
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
@@ -43,6 +45,10 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     reading = read_site(site, ctx.spec, ctx.catalog, dests)
     if (off := _env_switch_off(ctx, reading)) is not None:
         return off
+    if [r.flag for r in _culprits(reading)] == ["--device"] and (
+        feature := _feature_off_device(ctx, reading)
+    ):
+        return feature
     if _culprits(reading):
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
     if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
@@ -105,6 +111,33 @@ def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision |
     )
 
 
+def _feature_off_device(ctx: Context, reading: SiteReading) -> Decision | None:
+    """A check of the device that a chosen feature's own code runs (`_handle_dflash`: "DFLASH ... is not
+    supported ... on device 'cpu'"): the device is the machine's, the feature is what can change."""
+    where = f"{reading.site.function} {ctx.root.error_line or reading.site.template}"
+    named = [
+        o
+        for o in ctx.spec.options()
+        if o.name != "--device"
+        and len(o.values) == 1
+        and len(o.values[0]) >= 4
+        and named_exactly(o.values[0], where)
+    ]
+    if len(named) != 1:
+        return None
+    flag, value = ctx.view.canon(named[0].name), named[0].values[0]
+    return fix(
+        ctx,
+        [RemoveFlag(flag=flag), *its_settings(flag, ctx)],
+        _category(reading),
+        f"SGLang's check at {_where(reading)}: {flag} {value} does not run on --device {ctx.view.get('--device')}",
+        why=f"the check runs in {value}'s own code and rejects this device; the device is the machine's, so "
+        f"{flag} goes (with its own settings)",
+        evidence=_evidence(ctx, reading),
+        confidence=0.45,
+    )
+
+
 def _in_a_chosen_feature(ctx: Context, reading: SiteReading) -> bool:
     """The check sits in the code of a feature the command switched on (`--enable-multi-layer-eagle` and
     `multi_layer_eagle_worker.py`): that code runs only because of the switch, so the command is not
@@ -125,9 +158,8 @@ def _culprits(reading: SiteReading) -> list[FieldRead]:
     tuning = [r for r in objected if policy.flag(r.flag or "").edit_class == "tuning"]
     ordered = [*tuning, *switches, *(r for r in objected if r not in tuning)]
     # What is served (the speculative algorithm, the device) changes last, whatever its policy class.
-    ordered = [r for r in ordered if r.flag not in WHAT_IS_SERVED] + [
-        r for r in ordered if r.flag in WHAT_IS_SERVED
-    ]
+    # The device is the machine's: a feature it does not run goes before it.
+    ordered = sorted(ordered, key=lambda r: (r.flag in WHAT_IS_SERVED, r.flag == "--device"))
     return list({r.field: r for r in reversed(ordered)}.values())[::-1]
 
 
@@ -170,6 +202,8 @@ def _change_a_suspect(
     )
     # The engine's own remedy, when it acts on a flag the check reads and the user set.
     for edit in named:
+        if not _valid(ctx, [edit]):
+            continue  # the engine's alternative would break something else (a draft made for another algorithm)
         if getattr(edit, "flag", None) in suspects or getattr(edit, "to", None) in suspects:
             decision = fix(
                 ctx,
@@ -217,8 +251,13 @@ def _to_allowed_or_default(
     if read.flag is None:
         return None
     allowed = _allowed_value(read, ctx.view.facts.portable_values)
+    if allowed and not _valid(ctx, [SetFlag(flag=read.flag, values=(allowed,))]):
+        allowed = None
+    # Back at its default, the setting takes its own settings with it (a speculative algorithm its draft).
     edits: list[Edit] = (
-        [SetFlag(flag=read.flag, values=(allowed,))] if allowed else [RemoveFlag(flag=read.flag)]
+        [SetFlag(flag=read.flag, values=(allowed,))]
+        if allowed
+        else [RemoveFlag(flag=read.flag), *its_settings(read.flag, ctx)]
     )
     what = f"to {allowed}, a value the check accepts" if allowed else "back to SGLang's default"
     if _every_part_must_hold(reading):
@@ -237,6 +276,10 @@ def _to_allowed_or_default(
         evidence=_evidence(ctx, reading),
         confidence=_confidence(read, several),
     )
+
+
+def _valid(ctx: Context, edits: list[Edit]) -> bool:
+    return not invalid_edits(ctx.spec, edits, ctx.catalog)
 
 
 def _confidence(read: FieldRead, several: bool) -> float:

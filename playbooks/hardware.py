@@ -246,20 +246,26 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     SGLang's default for that flag needs no such package."""
     name = m.group(1) if m else "?"
     stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
+    said = ctx.root.error_line or ""
     chosen = [
         o.name
         for o in ctx.spec.options()
-        if len(o.values) == 1
-        and len(o.values[0]) >= 4
-        and o.values[0].lower() in (stack + " " + name.lower())
+        if (
+            len(o.values) == 1
+            and len(o.values[0]) >= 4
+            and o.values[0].lower() in (stack + " " + name.lower())
+        )
+        # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
+        or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
     ]
     if len(chosen) == 1:
         flag = chosen[0]
+        value = ctx.view.get(flag)
         decision = fix(
             ctx,
             [RemoveFlag(flag=flag)],
             "other",
-            f"{flag} {ctx.view.get(flag)} needs the Python package `{name}`, which is not installed",
+            f"{f'{flag} {value}' if value else flag} needs the Python package `{name}`, which is not installed",
             why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
             confidence=0.7,
         )

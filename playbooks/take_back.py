@@ -45,16 +45,20 @@ def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tup
         and not _own_kind(value, ctx)
     ):
         return (SetFlag(flag=flag, values=(portable,)),)
-    return (RemoveFlag(flag=flag), *_its_settings(flag, ctx))
+    return (RemoveFlag(flag=flag), *its_settings(flag, ctx))
 
 
-def _its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:
-    """The feature's own settings the command also gave (`--kv-canary-sweep-interval` with `--kv-canary`):
-    without the feature SGLang rejects them ("requires --kv-canary"), so they go with it."""
-    feature = flag.removeprefix("--enable-")
-    own = [
-        o.name
-        for o in ctx.spec.options()
-        if o.name.startswith(f"{flag}-") or o.name.startswith(f"--{feature}-")
-    ]
+def its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:
+    """The feature's own settings the command also gave (`--kv-canary-sweep-interval` with `--kv-canary`,
+    the draft model with `--speculative-algorithm`): without the feature SGLang rejects them ("requires
+    --kv-canary"), so they go with it."""
+    prefixes = _FAMILY.get(flag, (f"{flag}-", f"--{flag.removeprefix('--enable-')}-"))
+    own = [o.name for o in ctx.spec.options() if o.name.startswith(prefixes)]
     return tuple(RemoveFlag(flag=name) for name in dict.fromkeys(own) if name != flag)
+
+
+# Features whose settings are not all named `<flag>-...` (SGLang's argument groups for them).
+_FAMILY = {
+    "--speculative-algorithm": ("--speculative-",),
+    "--enable-lora": ("--lora-", "--max-lora-", "--max-loras-", "--max-loaded-loras"),
+}

@@ -171,7 +171,12 @@ def _speculative_model(opt: Option, spec: LaunchCommand, catalog: FlagCatalog) -
 
 def draft_algorithm(path: str) -> str:
     """EAGLE3 / EAGLE / STANDALONE for a draft, from its config.json, else its name."""
-    return model_facts(path).draft_kind or kind_from_name(path) or "STANDALONE"
+    return draft_kind(path) or "STANDALONE"
+
+
+def draft_kind(path: str) -> str | None:
+    """EAGLE3 / EAGLE when the draft's config.json or its name says so; None when neither tells."""
+    return model_facts(path).draft_kind or kind_from_name(path)
 
 
 def _config(raw: str) -> dict:

@@ -39,6 +39,16 @@ class SpeculativeFacts(BaseModel):
     pd_decode_algorithms: tuple[str, ...] = Field(
         description="Algorithms whose draft state the prefill→decode hand-over of PD disaggregation carries."
     )
+    draft_kinds: dict[str, str] = Field(
+        default_factory=dict,
+        description="The kind of draft model each algorithm loads from --speculative-draft-model-path (an "
+        "EAGLE-3 head is no EAGLE head, and a plain small model is neither); NGRAM loads none.",
+    )
+
+    def same_draft(self, algorithm: str, other: str) -> bool:
+        """Whether a draft made for `algorithm` is also one `other` loads."""
+        kind = self.draft_kinds.get(algorithm.upper())
+        return kind is not None and kind == self.draft_kinds.get(other.upper())
 
 
 class Acceptance(BaseModel):
@@ -153,6 +163,17 @@ def releases() -> dict[str, EngineFacts]:
                 chain_only_backends=("trtllm_mha",),
                 no_dp_attention=("NGRAM", "STANDALONE"),
                 pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
+                # srt/speculative/spec_info.py: each algorithm's draft worker and the model class it builds.
+                draft_kinds={
+                    "EAGLE": "eagle",
+                    "NEXTN": "eagle",
+                    "EAGLE3": "eagle3",
+                    "STANDALONE": "model",
+                    "DFLASH": "dflash",
+                    "DSPARK": "dspark",
+                    "UNO": "uno",
+                    "FROZEN_KV_MTP": "frozen-kv-mtp",
+                },
             ),
             acceptance=Acceptance(working={"NGRAM": 1.1}),
             serve_options={"--model-type": ("auto", "llm", "diffusion")},

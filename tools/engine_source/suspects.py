@@ -164,7 +164,11 @@ def _meets(c: Constraint, value: str | None, unset: bool) -> bool | None:
     if value is None:
         return None
     if c.op in ("truthy", "falsy"):
-        truth = value.lower() in _TRUE or (value.lower() not in _FALSE and _number(value) not in (0, None))
+        # Python's truth of the value SGLang holds: a number unless 0, any other non-empty text (a path).
+        number = _number(value)
+        truth = value.lower() in _TRUE or (
+            value.lower() not in _FALSE and (number != 0 if number is not None else value != "")
+        )
         return truth if c.op == "truthy" else not truth
     if c.op in ("in", "not in", "==", "!="):
         hit = any(_equal(value, v) for v in c.values)
