@@ -29,6 +29,7 @@ from specdoctor.playbooks.host_checks import (
 from specdoctor.playbooks.repo_ids import check_repo_ids
 from specdoctor.playbooks.serving import check_serving
 from specdoctor.playbooks.spec_checks import check_speculative
+from specdoctor.playbooks.value_checks import check_values
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import Edit, LaunchCommand
@@ -169,7 +170,7 @@ def _check(
     view = CommandView(spec, catalog)
     model, draft = facts(view, host) if host else (None, None)
     found = flags + check_speculative(spec, catalog, model, draft) + check_container(view)
-    found += check_serving(view) + check_repo_ids(view) + check_device(view)
+    found += check_serving(view) + check_repo_ids(view) + check_device(view) + check_values(view)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)

@@ -234,52 +234,6 @@ _COMPILING = re.compile(
 
 
 @playbook(
-    id="sglang.hardware.missing-module",
-    category="other",
-    pattern=r"ModuleNotFoundError: No module named '([\w.]+)'",
-    priority=35,
-    scope="root",
-)
-def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A Python package SGLang needs on this path is not installed. When the path is a backend the command
-    chose (its value names the importing module, `--grammar-backend llguidance` → `llguidance_backend.py`),
-    SGLang's default for that flag needs no such package."""
-    name = m.group(1) if m else "?"
-    stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
-    said = ctx.root.error_line or ""
-    chosen = [
-        o.name
-        for o in ctx.spec.options()
-        if (
-            len(o.values) == 1
-            and len(o.values[0]) >= 4
-            and o.values[0].lower() in (stack + " " + name.lower())
-        )
-        # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
-        or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
-    ]
-    if len(chosen) == 1:
-        flag = chosen[0]
-        value = ctx.view.get(flag)
-        decision = fix(
-            ctx,
-            [RemoveFlag(flag=flag)],
-            "other",
-            f"{f'{flag} {value}' if value else flag} needs the Python package `{name}`, which is not installed",
-            why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
-            confidence=0.7,
-        )
-        if decision is not None:
-            return decision
-    return stop(
-        ctx,
-        "other",
-        f"the Python package `{name}` is missing from SGLang's environment",
-        f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
-    )
-
-
-@playbook(
     id="sglang.hardware.quant-alignment",
     category="quantization",
     pattern=r"not aligned with the quantized weight shape|not divisible by .*(?:group|block)[_ ]size|weight shape .* quantiz",

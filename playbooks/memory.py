@@ -10,7 +10,7 @@ from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import launch_gpus, visible_gpus
-from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.gpu_parse import processes_in_text
 
@@ -50,6 +50,16 @@ def _busy_gpus(ctx: Context) -> list[int]:
 @playbook(id="sglang.memory.kv-pool-empty", category="oom", pattern=NOT_ENOUGH, priority=20)
 def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Weights filled the static share and no KV cache fits: raise --mem-fraction-static if there is room."""
+    if (budget := ctx.view.float("--max-total-tokens")) is not None and budget < 1:
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--max-total-tokens")],
+            "oom",
+            f"--max-total-tokens {ctx.view.get('--max-total-tokens')} leaves the KV cache no token",
+            why="the pool is empty because the command capped it at nothing, not for lack of memory; without "
+            "the cap SGLang sizes it from the memory left after the weights",
+            confidence=0.8,
+        )
     current = _fraction(ctx)
     suggested = _ABOVE.search(ctx.search_text)
     target = float(suggested.group(1)) + 0.03 if suggested else max((current or AUTO_FRACTION) + 0.05, 0.88)

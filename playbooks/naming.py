@@ -91,7 +91,8 @@ def _shown_as_word(word: str, text: str) -> bool:
     name written run together (`flashinfer` in `FlashInferBackend`) counts as one word."""
     start = r"(?<![A-Za-z0-9])" if len(word) < 5 else ""
     letters = "[^A-Za-z0-9]*".join(re.escape(c) for c in word)
-    return re.search(rf"(?i:{start}{letters})(?![a-z])", text) is not None
+    # A plural is the same word (`embeddings` for --is-embedding).
+    return re.search(rf"(?i:{start}{letters}s?)(?![a-z])", text) is not None
 
 
 _CATEGORIES = (

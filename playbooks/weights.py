@@ -35,3 +35,24 @@ def no_weights(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "Download the checkpoint's weights (*.safetensors or *.bin) into the folder the error names, or point "
         "--model-path / --speculative-draft-model-path at one that has them.",
     )
+
+
+@playbook(
+    id="sglang.model.adapter-kind-unsupported",
+    category="other",
+    pattern=r"(?:doesn't|does not|do not|cannot) (?:currently )?(?:support|serve|load) (?P<kind>[\w-]+) adapters?",
+    priority=30,
+)
+def adapter_kind_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The adapter file is of a kind SGLang's LoRA serving does not load (DoRA): no flag changes the file,
+    and serving without it is not what was launched."""
+    assert m is not None
+    kind = m.group("kind")
+    return stop(
+        ctx,
+        "other",
+        f"SGLang's LoRA serving does not load {kind} adapters",
+        f"Merge the {kind} adapter into the base weights and serve the merged model, or train a plain LoRA "
+        "adapter; no launch flag makes SGLang load this one.",
+        confidence=0.7,
+    )

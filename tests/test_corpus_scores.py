@@ -41,9 +41,11 @@ FLOORS = {
     "corpus-fresh-7": (10, 0),
     "corpus-real-engine": (13, 0),
     "corpus-real-engine-2": (11, 0),
-    "corpus-real-engine-3": (12, 0),
-    "corpus-real-engine-4": (4, 0),
-    "corpus-real-engine-5": (9, 0),
+    "corpus-real-engine-3": (13, 0),
+    "corpus-real-engine-4": (6, 0),
+    "corpus-real-engine-5": (11, 0),
+    "corpus-real-engine-6": (11, 0),
+    "corpus-real-engine-7": (2, 1),
 }
 
 

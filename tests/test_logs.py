@@ -63,9 +63,11 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # engine switch, a host with a port, GPU features on a CPU device, an address without a port, a taken
     # --nccl-port, a queue too small for the warm-up, a JSON config with keys its object lacks), plus four
     # more (a feature crashing in its own module, a setting SGLang brought in, an init method without its
-    # scheme, a --host of another machine); each has a header to check against.
+    # scheme, a --host of another machine), plus four more (an SSL file without its pair, a flag's missing
+    # package, pipeline parallelism with a plain draft model, DFLASH on a CPU); each has a header to check
+    # against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 82
+    assert len(launches) == 86
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

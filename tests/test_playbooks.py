@@ -722,6 +722,17 @@ REAL_ENGINE_4 = [
     ("kv-canary-on-cpu-device-stream", "sglang.feature.named-in-error"),
     ("rl-on-policy-target-on-cpu", "sglang.source.check"),
 ]
+# corpus-real-engine-7: recorded blind (2/12 on arrival: most fail on the first request), read afterwards.
+REAL_ENGINE_7 = [
+    ("skip-tokenizer-init-chat-request-500", "sglang.request.no-tokenizer"),
+    ("is-embedding-on-causal-lm-crashes-on-chat", "sglang.request.embedding-model-generates"),
+    ("generation-config-top-k-zero-rejects-chat", "sglang.request.sampling-default-rejected"),
+    ("preferred-sampling-params-top-p-as-percent-fails-warmup", "sglang.request.sampling-default-rejected"),
+    ("chat-template-jinja-unclosed-for-block", "sglang.request.chat-template-broken"),
+    ("lora-dora-adapter-unsupported", "sglang.model.adapter-kind-unsupported"),
+    ("max-total-tokens-zero-not-enough-memory", "sglang.memory.kv-pool-empty"),
+    ("env-external-model-package-not-importable", "sglang.hardware.missing-module"),
+]
 REAL_ENGINE_5 = [
     ("host-ip-not-on-this-machine-hangs", "sglang.network.own-address-unreachable"),
     ("chunked-prefill-size-zero-kv-budget-negative", "sglang.memory.kv-pool-empty"),
@@ -747,6 +758,7 @@ CASES = (
     + [("corpus-real-engine-3", c, p) for c, p in REAL_ENGINE_3]
     + [("corpus-real-engine-4", c, p) for c, p in REAL_ENGINE_4]
     + [("corpus-real-engine-5", c, p) for c, p in REAL_ENGINE_5]
+    + [("corpus-real-engine-7", c, p) for c, p in REAL_ENGINE_7]
 )
 
 

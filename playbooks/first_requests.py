@@ -1,0 +1,155 @@
+"""Launch settings the server starts with and its first requests fail on (SGLang's own warm-up request, or a
+client's): the server is up, but no chat or generate request it was launched for can work.
+
+- `--skip-tokenizer-init` leaves the server without a tokenizer: anything that needs text (a chat template,
+  stop strings, detokenising) reads an attribute of None.
+- `--is-embedding` runs the model as an embedding model: a causal LM's forward gives logits, not the
+  `embeddings` the server then reads.
+- Default sampling parameters a request did not send: `--preferred-sampling-params`, else (SGLang's
+  `--sampling-defaults model`) the model's generation_config.json; `SamplingParams.verify` rejects a value
+  out of its range in every request that uses it.
+- A chat template that does not compile (Jinja): the command's own file, or the one the model ships.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import RemoveFlag, SetFlag
+
+_WHEN = ("exited", "unhealthy", "degraded")
+_TOKENIZER_USE = (
+    r"'NoneType' object has no attribute "
+    r"'(?:apply_chat_template|encode|decode|batch_decode|convert_tokens_to_ids|convert_ids_to_tokens|"
+    r"eos_token_id|chat_template|tokenize)'"
+)
+# SamplingParams.verify (srt/sampling/sampling_params.py): "<name> must be ..., got <value>."
+_SAMPLING_REJECTED = (
+    r"\b(?P<name>temperature|top_p|top_k|min_p|frequency_penalty|presence_penalty|repetition_penalty) "
+    r"must be [^\n]*?got (?P<value>[-\w.]+)"
+)
+_TEMPLATE_BROKEN = r"Unexpected end of template|Jinja was looking for the following tags|jinja2\.exceptions\.TemplateSyntaxError"
+
+
+@playbook(id="sglang.request.no-tokenizer", category="other", when=_WHEN, pattern=_TOKENIZER_USE, priority=28)
+def no_tokenizer(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A request needed the tokenizer that --skip-tokenizer-init left out."""
+    if not ctx.view.has("--skip-tokenizer-init"):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--skip-tokenizer-init")],
+        "other",
+        "requests need a tokenizer, and --skip-tokenizer-init started the server without one",
+        why="with --skip-tokenizer-init SGLang takes and returns token ids only; chat requests, stop strings "
+        "and text output need the tokenizer it skipped",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
+    )
+
+
+@playbook(
+    id="sglang.request.embedding-model-generates",
+    category="other",
+    when=_WHEN,
+    pattern=r"has no attribute 'embeddings'",
+    priority=28,
+)
+def embedding_model_generates(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--is-embedding on a model whose forward gives logits: the server reads embeddings it never gets."""
+    if not ctx.view.has("--is-embedding"):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--is-embedding")],
+        "other",
+        "--is-embedding serves this model as an embedding model, and its forward pass gives no embeddings",
+        why="a generative (causal LM) checkpoint returns logits; without --is-embedding SGLang serves it for "
+        "generation (an embedding checkpoint is what /v1/embeddings needs)",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
+    )
+
+
+@playbook(
+    id="sglang.request.sampling-default-rejected",
+    category="other",
+    when=_WHEN,
+    pattern=_SAMPLING_REJECTED,
+    priority=28,
+)
+def sampling_default_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A sampling parameter out of SGLang's range that came from the server's defaults, not the request."""
+    assert m is not None
+    name, value = m.group("name"), m.group("value").rstrip(".")
+    if name in _preferred(ctx):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--preferred-sampling-params")],
+            "other",
+            f"--preferred-sampling-params sets {name} {value}, which SGLang rejects in every request using it",
+            why="without it requests use SGLang's defaults; the intended value written in range can go back",
+            evidence=(m.group(0),),
+            confidence=0.7,
+        )
+    info = ctx.catalog.get("--sampling-defaults")
+    if (
+        info is None
+        or "openai" not in (info.choices or ())
+        or ctx.view.get("--sampling-defaults") == "openai"
+    ):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--sampling-defaults", values=("openai",))],
+        "other",
+        f"requests get {name} {value} from the model's generation config, and SGLang rejects it",
+        why="SGLang's default --sampling-defaults model fills what a request leaves out from the checkpoint's "
+        "generation_config.json; 'openai' uses SGLang's own defaults instead (or correct that file). A "
+        "client that sends the value itself needs its own fix",
+        evidence=(m.group(0),),
+        # The log does not say the request left the parameter out.
+        confidence=0.45,
+    )
+
+
+@playbook(
+    id="sglang.request.chat-template-broken",
+    category="other",
+    when=_WHEN,
+    pattern=_TEMPLATE_BROKEN,
+    priority=28,
+)
+def chat_template_broken(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The chat template does not compile: the command's own template, else the one the model ships."""
+    if ctx.view.has("--chat-template"):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--chat-template")],
+            "other",
+            f"the chat template {ctx.view.get('--chat-template')} does not compile (Jinja)",
+            why="without --chat-template SGLang formats chats with the template the tokenizer ships",
+            evidence=(m.group(0),) if m else (),
+            confidence=0.6,
+        )
+    return fix(
+        ctx,
+        [SetFlag(flag="--chat-template", values=("chatml",))],
+        "other",
+        "the chat template the model ships does not compile (Jinja)",
+        why="--chat-template chatml is one of SGLang's built-in templates; the model's own format is better "
+        "once its tokenizer_config.json template is repaired",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.4,
+    )
+
+
+def _preferred(ctx: Context) -> dict[str, object]:
+    try:
+        params = json.loads(ctx.view.get("--preferred-sampling-params") or "{}")
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}

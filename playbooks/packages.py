@@ -1,0 +1,77 @@
+"""Python packages a launch needs. A package missing from SGLang's environment is not a flag problem,
+unless a setting the command chose is what needs it: a backend whose module imports it (`--grammar-backend
+llguidance`), a flag the engine names ("--enable-http2 requires the 'granian' package"), or an engine
+variable that names the package to import (`SGLANG_EXTERNAL_MODEL_PACKAGE`). Taking that setting back needs
+no install."""
+
+from __future__ import annotations
+
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook, stop
+from specdoctor.playbooks.decision import Decision
+from specdoctor.tools.command import RemoveFlag, SetEnv
+
+
+@playbook(
+    id="sglang.hardware.missing-module",
+    category="other",
+    pattern=r"ModuleNotFoundError: No module named '([\w.]+)'",
+    priority=35,
+    scope="root",
+)
+def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A Python package SGLang needs on this path is not installed. When the path is a backend the command
+    chose (its value names the importing module, `--grammar-backend llguidance` → `llguidance_backend.py`),
+    SGLang's default for that flag needs no such package."""
+    name = m.group(1) if m else "?"
+    stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
+    said = ctx.root.error_line or ""
+    chosen = [
+        o.name
+        for o in ctx.spec.options()
+        if (
+            len(o.values) == 1
+            and len(o.values[0]) >= 4
+            and o.values[0].lower() in (stack + " " + name.lower())
+        )
+        # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
+        or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
+    ]
+    if len(chosen) == 1:
+        flag = chosen[0]
+        value = ctx.view.get(flag)
+        decision = fix(
+            ctx,
+            [RemoveFlag(flag=flag)],
+            "other",
+            f"{f'{flag} {value}' if value else flag} needs the Python package `{name}`, which is not installed",
+            why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
+            confidence=0.7,
+        )
+        if decision is not None:
+            return decision
+    named = [
+        k
+        for k, v in ctx.spec.env_dict().items()
+        if re.match(r"(?:SGLANG|SGL)_", k) and v and v.split(".")[0] == name.split(".")[0]
+    ]
+    if len(named) == 1:
+        # An engine variable names the package to import (`SGLANG_EXTERNAL_MODEL_PACKAGE=my_models`).
+        decision = fix(
+            ctx,
+            [SetEnv(name=named[0], value="")],
+            "other",
+            f"{named[0]}={ctx.spec.env_dict()[named[0]]} names the package `{name}`, which Python cannot import",
+            why=f"SGLang imports what {named[0]} names; empty, it imports nothing extra (or make `{name}` "
+            "importable in SGLang's environment)",
+            confidence=0.6,
+        )
+        if decision is not None:
+            return decision
+    return stop(
+        ctx,
+        "other",
+        f"the Python package `{name}` is missing from SGLang's environment",
+        f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
+    )

@@ -1,0 +1,97 @@
+"""Values SGLang takes at launch without checking and fails on later.
+
+- `--preferred-sampling-params`: the server's default sampling parameters. SGLang checks them only when a
+  request uses them (`SamplingParams.verify` in srt/sampling/sampling_params.py), so a value out of its
+  range turns away every request, its own warm-up first ("top_p must be in (0, 1], got 95.").
+- `--max-total-tokens 0`: a KV pool of no tokens ("Not enough memory").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.command import RemoveFlag
+
+# SamplingParams.verify: (lowest, highest, lowest excluded, highest excluded).
+_SAMPLING_RANGES = {
+    "temperature": (0.0, math.inf, False, False),
+    "top_p": (0.0, 1.0, True, False),
+    "min_p": (0.0, 1.0, False, False),
+    "frequency_penalty": (-2.0, 2.0, False, False),
+    "presence_penalty": (-2.0, 2.0, False, False),
+    "repetition_penalty": (0.0, 2.0, True, False),
+}
+_AT_LEAST_ONE = ("--max-total-tokens",)
+
+
+def check_values(view: CommandView) -> list[Finding]:
+    return _sampling_defaults(view) + _empty_budgets(view)
+
+
+def out_of_range(params: dict[str, object]) -> list[str]:
+    """`key value (allowed)` for each default SamplingParams.verify would reject."""
+    bad = []
+    for key, value in params.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if key == "top_k" and not (value == -1 or value >= 1):
+            bad.append(f"top_k {value} (must be -1 or at least 1)")
+        elif key in _SAMPLING_RANGES and not _inside(float(value), *_SAMPLING_RANGES[key]):
+            low, high, low_open, high_open = _SAMPLING_RANGES[key]
+            bad.append(
+                f"{key} {value} ({'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'})"
+            )
+    return bad
+
+
+def _inside(value: float, low: float, high: float, low_open: bool, high_open: bool) -> bool:
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    return above and below
+
+
+def _sampling_defaults(view: CommandView) -> list[Finding]:
+    raw = view.get("--preferred-sampling-params")
+    try:
+        params = json.loads(raw) if raw else None
+    except ValueError:
+        return []  # not JSON at all: the flag checks name that
+    if not isinstance(params, dict) or not (bad := out_of_range(params)):
+        return []
+    return [
+        Finding(
+            code="sampling-default-out-of-range",
+            severity="error",
+            category="other",
+            flag="--preferred-sampling-params",
+            message=f"--preferred-sampling-params sets {', '.join(bad)}: SGLang rejects every request that "
+            "uses these defaults, its own warm-up first",
+            edits=(RemoveFlag(flag="--preferred-sampling-params"),),
+            why="without it requests use SGLang's defaults (or the model's generation config); the intended "
+            "values go back in range on their own",
+            confidence=0.7,
+        )
+    ]
+
+
+def _empty_budgets(view: CommandView) -> list[Finding]:
+    found = []
+    for flag in _AT_LEAST_ONE:
+        number = view.float(flag)
+        if number is not None and number < 1:
+            found.append(
+                Finding(
+                    code="empty-budget",
+                    severity="error",
+                    category="oom",
+                    flag=flag,
+                    message=f"{flag} {view.get(flag)} leaves the KV cache no token",
+                    edits=(RemoveFlag(flag=flag),),
+                    why=f"without {flag} SGLang sizes the KV cache from the memory left after the weights",
+                    confidence=0.8,
+                )
+            )
+    return found
