@@ -25,6 +25,7 @@ _TOKENIZER_USE = (
     r"'NoneType' object has no attribute "
     r"'(?:apply_chat_template|encode|decode|batch_decode|convert_tokens_to_ids|convert_ids_to_tokens|"
     r"eos_token_id|chat_template|tokenize)'"
+    r"|initialized with skip_tokenizer_init=True cannot accept text"
 )
 # SamplingParams.verify (srt/sampling/sampling_params.py): "<name> must be ..., got <value>."
 _SAMPLING_REJECTED = (

@@ -295,6 +295,7 @@ def _values_problem(
 
 def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: FlagCatalog) -> str | None:
     written = {t for o in command.options() for t in o.values} | set(command.positionals())
+    written |= _written_in_its_config(command, catalog)
     choices = flag.choices or _borrowed_choices(flag, catalog)
     if choices:
         return None if value in choices else f"{value!r} is not one of {flag.name}'s choices"
@@ -308,6 +309,17 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
     if value in facts_for(catalog.version).named_values(flag.name):
         return None  # a name built into SGLang (a chat template it registers), not a person's text
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
+
+
+def _written_in_its_config(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
+    """The values the command's own --config file gives SGLang: the user wrote them, and SGLang reads them
+    whether they stay in the file or move to the command line."""
+    path = CommandView(command, catalog).get("--config")
+    if not path:
+        return set()
+    from specdoctor.playbooks.config_file import config_values
+
+    return config_values(path)
 
 
 def _respelled(value: str, written: set[str]) -> bool:

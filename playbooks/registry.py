@@ -6,6 +6,7 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 
 _FAMILIES = (
     "flags",
+    "config_file",
     "speculative",
     "memory",
     "cuda_graph",

@@ -24,6 +24,9 @@ _SAMPLING_RANGES = {
     "presence_penalty": (-2.0, 2.0, False, False),
     "repetition_penalty": (0.0, 2.0, True, False),
 }
+# What SGLang's own warm-up request sends (http_server._execute_server_warmup): a request's own value wins
+# over the preferred default, so a bad default for these fails only requests that leave them out.
+_WARMUP_SENDS = ("temperature", "max_new_tokens")
 _AT_LEAST_ONE = ("--max-total-tokens",)
 
 
@@ -31,19 +34,18 @@ def check_values(view: CommandView) -> list[Finding]:
     return _sampling_defaults(view) + _empty_budgets(view)
 
 
-def out_of_range(params: dict[str, object]) -> list[str]:
-    """`key value (allowed)` for each default SamplingParams.verify would reject."""
-    bad = []
+def out_of_range(params: dict[str, object]) -> dict[str, str]:
+    """Each default SamplingParams.verify would reject: key → `key value (allowed)`."""
+    bad: dict[str, str] = {}
     for key, value in params.items():
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
         if key == "top_k" and not (value == -1 or value >= 1):
-            bad.append(f"top_k {value} (must be -1 or at least 1)")
+            bad[key] = f"top_k {value} (must be -1 or at least 1)"
         elif key in _SAMPLING_RANGES and not _inside(float(value), *_SAMPLING_RANGES[key]):
             low, high, low_open, high_open = _SAMPLING_RANGES[key]
-            bad.append(
-                f"{key} {value} ({'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'})"
-            )
+            shown = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            bad[key] = f"{key} {value} (must be in {shown})"
     return bad
 
 
@@ -61,14 +63,19 @@ def _sampling_defaults(view: CommandView) -> list[Finding]:
         return []  # not JSON at all: the flag checks name that
     if not isinstance(params, dict) or not (bad := out_of_range(params)):
         return []
+    warmup_fails = any(key not in _WARMUP_SENDS for key in bad)
     return [
         Finding(
             code="sampling-default-out-of-range",
-            severity="error",
+            severity="error" if warmup_fails else "warning",
             category="other",
             flag="--preferred-sampling-params",
-            message=f"--preferred-sampling-params sets {', '.join(bad)}: SGLang rejects every request that "
-            "uses these defaults, its own warm-up first",
+            message=f"--preferred-sampling-params sets {', '.join(bad.values())}: SGLang rejects every request "
+            + (
+                "that uses these defaults, its own warm-up first"
+                if warmup_fails
+                else "that does not send its own"
+            ),
             edits=(RemoveFlag(flag="--preferred-sampling-params"),),
             why="without it requests use SGLang's defaults (or the model's generation config); the intended "
             "values go back in range on their own",

@@ -45,7 +45,7 @@ FLOORS = {
     "corpus-real-engine-4": (6, 0),
     "corpus-real-engine-5": (11, 0),
     "corpus-real-engine-6": (11, 0),
-    "corpus-real-engine-7": (2, 1),
+    "corpus-real-engine-7": (10, 0),
 }
 
 

@@ -33,6 +33,8 @@ IMPLIED_BY_HEADER = {
         "requests.exceptions.InvalidURL: Failed to parse: http://127.0.0.1:70000/model_info"
     ),
 }
+# Recorded with a request after ready: the client's side follows this line.
+CLIENT_SIDE = "--- client side (curl) ---"
 # Headers cut `last_error_line` at 300 characters.
 HEADER_CHARS = 300
 
@@ -64,10 +66,12 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # --nccl-port, a queue too small for the warm-up, a JSON config with keys its object lacks), plus four
     # more (a feature crashing in its own module, a setting SGLang brought in, an init method without its
     # scheme, a --host of another machine), plus four more (an SSL file without its pair, a flag's missing
-    # package, pipeline parallelism with a plain draft model, DFLASH on a CPU); each has a header to check
-    # against.
+    # package, pipeline parallelism with a plain draft model, DFLASH on a CPU), plus eight recorded with a
+    # request after ready or failing on one (a skipped tokenizer, an embedding server generating, sampling
+    # defaults out of range from the model or the command, a chat template that does not compile, no KV
+    # budget, a missing external model package, a DoRA adapter); each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 86
+    assert len(launches) == 94
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 
@@ -80,8 +84,9 @@ def test_root_cause_of_every_real_output(path: Path, tmp_path: Path) -> None:
         assert root.kind == "none", root.error_line
         return
     expected = strip_prefix(header["last_error_line"])
-    if header["exit_code"] == "124":
-        # Killed by `timeout` while hanging: no error of its own, only the warning it kept retrying.
+    if header["exit_code"] == "124" or (root.kind == "none" and CLIENT_SIDE in body):
+        # Killed by `timeout` while hanging, or up and turning requests away: no error of its own, only the
+        # warning it kept retrying or the answer the client got.
         assert root.kind == "none"
         assert any(expected[:HEADER_CHARS] in strip_prefix(line) for line in body)
         return
