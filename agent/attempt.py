@@ -80,6 +80,7 @@ def server_for(view: CommandView) -> Server:
         port=port,
         speculative=view.algorithm,
         metrics=view.has("--enable-metrics"),
+        embedding=view.has("--is-embedding"),
         acceptance=view.facts.acceptance,
         contained=view.spec.container is not None,
     )

@@ -22,6 +22,7 @@ from specdoctor.tools.catalog_load import CatalogChoice
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.dirs import runs_dir
 from specdoctor.tools.errors import UsageError
+from specdoctor.tools.health import HealthPolicy
 
 
 @dataclass
@@ -138,6 +139,7 @@ def settings_for(
         watch=WatchSettings(
             deadlines=StageDeadlines().scaled(max(scale, 0.05)) if simulated else StageDeadlines(),
             health_poll_s=min(max(scale, 0.05), 1.0),
+            health=HealthPolicy(chat=not getattr(args, "no_chat_check", False)),
         ),
         when_healthy=when_healthy,
         allow_kill=getattr(args, "allow_kill", False),

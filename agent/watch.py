@@ -25,6 +25,7 @@ from specdoctor.tools.health import (
     HealthPolicy,
     SpecVerdict,
     accept_length,
+    check_chat,
     check_generate,
     judge_speculation,
     metrics_accept_length,
@@ -84,6 +85,7 @@ class Server(BaseModel):
     port: int
     speculative: str | None = Field(None, description="--speculative-algorithm as SGLang resolves it.")
     metrics: bool = Field(False, description="--enable-metrics: /metrics reports sglang:spec_accept_length.")
+    embedding: bool = Field(False, description="--is-embedding: the server embeds; it has no chat to check.")
     acceptance: Acceptance = Field(
         default_factory=lambda: facts_for().acceptance, description="Accept-length levels per algorithm."
     )
@@ -216,6 +218,11 @@ class _Watch:
                 return _ended(tracker, code, elapsed, engine)
             detail = f"ready, but generation fails: {check.message}"
             return _outcome(tracker, "unhealthy", detail, elapsed, engine, ownership=ownership)
+        if (chat := self._chat_fails()) is not None:
+            if (code := engine.poll()) is not None:
+                return _ended(tracker, code, elapsed, engine)
+            detail = f"ready and generating, but chat requests fail: {chat}"
+            return _outcome(tracker, "unhealthy", detail, elapsed, engine, ownership=ownership)
         note = self._ownership_note(ownership)
         if algorithm is None:
             detail = f"ready and generating ({check.message}){note}"
@@ -232,6 +239,14 @@ class _Watch:
             acceptance=acceptance,
             accept_length=verdict.accept_length,
         )
+
+    def _chat_fails(self) -> str | None:
+        """Why a chat request fails on a server that generates (None when it answers, or is not asked:
+        the policy turns it off, or the server embeds rather than generates)."""
+        if not self.settings.health.chat or self.server.embedding:
+            return None
+        chat = check_chat(self.server.url)
+        return None if chat.ok else chat.message
 
     def _ownership_note(self, ownership: Ownership) -> str:
         if ownership == "process":

@@ -64,6 +64,9 @@ class Context:
     def search_text(self) -> str:
         """The text trigger patterns are searched in: the root-cause block, then the compacted log."""
         parts = [self.root.error_line or "", *self.root.block, self.root.wrapper or "", self.log_text]
+        if self.outcome.kind in ("unhealthy", "degraded"):
+            # A request the server turned away says why in its answer, which the server's log never shows.
+            parts.append(self.outcome.detail)
         return "\n".join(p for p in parts if p)
 
     def evidence(self, *patterns: str, limit: int = 4) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from specdoctor.tools.health import (
     HealthError,
     HealthPolicy,
     accept_length,
+    check_chat,
     check_generate,
     judge_speculation,
     metrics_accept_length,
@@ -76,6 +77,7 @@ class FakeSglang:
         self.health_generate: list[int] = [200]
         self.generate: list[int] = [200]
         self.chat: list[int] = [200]
+        self.chat_error: dict[str, Any] = {"detail": "error"}
         self.server_info: list[int] = [200]
         self.spec_verify_ct: int | None = None
         self.metrics: str | None = None
@@ -127,7 +129,7 @@ class FakeSglang:
     def _chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
         status = self.next_status("chat")
         if status != 200:
-            return status, {"detail": "error"}
+            return status, self.chat_error
         answer = copy.deepcopy(CHAT)
         tokens = answer["usage"]["completion_tokens"]
         if self.spec_verify_ct and body.get("return_spec_tokens_details"):
@@ -423,3 +425,27 @@ def test_metrics_off_or_unreadable(fake: FakeSglang, base_url: str, closed_port_
         metrics_accept_length(base_url)
     with pytest.raises(HealthError, match="cannot read"):
         metrics_accept_length(closed_port_url, retries=1)
+
+
+def test_a_chat_request_reports_why_the_server_turned_it_away(fake: FakeSglang, base_url: str) -> None:
+    # SGLang 0.5.23's answer when the chat template does not compile (tests/data/sglang-outputs).
+    message = "Unexpected end of template. Jinja was looking for the following tags: 'endfor' or 'else'."
+    fake.chat = [400]
+    fake.chat_error = {
+        "object": "error",
+        "message": message,
+        "type": "BadRequest",
+        "param": None,
+        "code": 400,
+    }
+
+    check = check_chat(base_url, timeout=10)
+
+    assert not check.ok and check.endpoint == "/v1/chat/completions" and check.status_code == 400
+    assert "Unexpected end of template" in check.message
+    chat_request = next(body for _, path, body in fake.requests if path == "/v1/chat/completions")
+    assert chat_request["max_tokens"] == 1  # a probe, not a measurement
+
+
+def test_a_chat_request_that_answers_is_ok(fake: FakeSglang, base_url: str) -> None:
+    assert check_chat(base_url, timeout=10).ok

@@ -162,3 +162,34 @@ def test_no_accelerator_ends_in_a_clear_stop(sglang_env, tmp_path):
     assert "--speculative-num-draft-tokens 16" in launched and "--num-speculative-tokens" not in launched
     decision = [e for e in events if e["type"] == "decision"][-1]["decision"]
     assert decision["action"] == "stop" and decision["category"] == "driver-cuda"
+
+
+def test_a_chat_template_that_does_not_compile_is_found_by_a_chat_request_and_taken_back(
+    sglang_env, tmp_path
+):
+    """The server starts and generates, so only a chat request shows the fault (SGLang answers 400 with
+    Jinja's message); the run diagnoses it from that answer and relaunches without the template."""
+    template = tmp_path / "broken.jinja"
+    template.write_text("{% for message in messages %}{{ message.content }}\n")
+    port = find_free_port(36000)
+    command = [
+        *sglang_env.launch_server(),
+        "--model-path",
+        sglang_env.tiny_llama,
+        "--device",
+        "cpu",
+        "--max-total-tokens",
+        "4096",
+        "--port",
+        str(port),
+        "--chat-template",
+        str(template),
+    ]
+    proc = deploy(["--once", "--allow", "chat-template"], command, tmp_path / "run")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    events = transcript(tmp_path / "run")
+    outcomes = [e["outcome"] for e in events if e["type"] == "outcome"]
+    assert outcomes[0]["kind"] == "unhealthy" and "Unexpected end of template" in outcomes[0]["detail"]
+    assert outcomes[-1]["kind"] == "healthy"
+    assert "--chat-template" not in events[-1]["final_command"]

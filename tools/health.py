@@ -39,6 +39,7 @@ __all__ = [
 ProbeState = Literal["starting", "ready", "error", "exited"]
 _PROMPT = "The capital of France is Paris. The capital of Germany is"
 _RETRY_STATUS = frozenset({500, 502, 504})
+_CHAT = "/v1/chat/completions"
 _RETRY_WAIT_S = 0.2
 
 
@@ -55,6 +56,12 @@ class HealthPolicy(BaseModel):
         32,
         ge=1,
         description="max_new_tokens of the test generation; enough decode steps to measure acceptance.",
+    )
+    chat: bool = Field(
+        True,
+        description="After a generation succeeds, also send one chat request (/v1/chat/completions): a chat "
+        "template that does not compile, a skipped tokenizer or a sampling default SGLang rejects breaks "
+        "every chat client of a server that generates. Off for a base model served for completions only.",
     )
 
 
@@ -225,6 +232,19 @@ def check_generate(
             return GenerateCheck(ok=False, endpoint="/generate", message=f"cannot reach {base_url}: {exc}")
         except HealthError as exc:
             return GenerateCheck(ok=False, endpoint="/generate", message=str(exc))
+
+
+def check_chat(base_url: str, timeout: float = 60.0, retries: int = 3) -> GenerateCheck:
+    """One short chat completion, as a chat client sends it (the server's chat template and defaults)."""
+    import httpx
+
+    with _client(timeout) as client:
+        try:
+            return _check_chat(client, base_url, False, 1, retries)
+        except httpx.TimeoutException:
+            return GenerateCheck(ok=False, endpoint=_CHAT, message=f"no chat answer within {timeout:g} s")
+        except (httpx.TransportError, HealthError) as exc:
+            return GenerateCheck(ok=False, endpoint=_CHAT, message=str(exc))
 
 
 def _check_generate(

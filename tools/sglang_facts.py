@@ -132,6 +132,19 @@ _MTP_TARGETS = (
 )
 
 
+# srt/speculative/spec_info.py: each algorithm's draft worker and the model class it builds.
+_DRAFT_KINDS = {
+    "EAGLE": "eagle",
+    "NEXTN": "eagle",
+    "EAGLE3": "eagle3",
+    "STANDALONE": "model",
+    "DFLASH": "dflash",
+    "DSPARK": "dspark",
+    "UNO": "uno",
+    "FROZEN_KV_MTP": "frozen-kv-mtp",
+}
+
+
 @cache
 def releases() -> dict[str, EngineFacts]:
     """The table, built on first use (a command-line run that needs no facts does not pay for it)."""
@@ -163,17 +176,7 @@ def releases() -> dict[str, EngineFacts]:
                 chain_only_backends=("trtllm_mha",),
                 no_dp_attention=("NGRAM", "STANDALONE"),
                 pd_decode_algorithms=("EAGLE", "EAGLE3", "NEXTN"),
-                # srt/speculative/spec_info.py: each algorithm's draft worker and the model class it builds.
-                draft_kinds={
-                    "EAGLE": "eagle",
-                    "NEXTN": "eagle",
-                    "EAGLE3": "eagle3",
-                    "STANDALONE": "model",
-                    "DFLASH": "dflash",
-                    "DSPARK": "dspark",
-                    "UNO": "uno",
-                    "FROZEN_KV_MTP": "frozen-kv-mtp",
-                },
+                draft_kinds=_DRAFT_KINDS,
             ),
             acceptance=Acceptance(working={"NGRAM": 1.1}),
             serve_options={"--model-type": ("auto", "llm", "diffusion")},

@@ -180,6 +180,12 @@ def _add_policy_options(p: argparse.ArgumentParser) -> None:
         help="stop (exit 3) when a speculative server's accept length cannot be measured, instead of "
         "reporting it healthy with its acceptance unmeasured",
     )
+    g.add_argument(
+        "--no-chat-check",
+        action="store_true",
+        help="call a server healthy once it generates, without also sending one chat request "
+        "(/v1/chat/completions); for a base model served for completions only",
+    )
 
 
 DEFAULT_PINS = ("--port", "--host")
