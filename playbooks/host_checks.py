@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from specdoctor.playbooks.decision import Finding
+from specdoctor.playbooks.value_checks import out_of_range
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import Edit, SetFlag, SetFreePort
 from specdoctor.tools.system import ModelFacts
@@ -61,6 +62,43 @@ def check_model(view: CommandView, model: ModelFacts | None) -> list[Finding]:
             )
         )
     found.extend(_context_length(view, model))
+    found.extend(_model_files(view, model))
+    return found
+
+
+def _model_files(view: CommandView, model: ModelFacts) -> list[Finding]:
+    """Files of the model folder SGLang parses that would fail it: a JSON file that does not parse (the
+    tokenizer fails to load), sampling defaults SGLang rejects in every request that takes them."""
+    # The tokenizer's files are read from the model folder unless another tokenizer is named or skipped.
+    own_tokenizer = view.get("--tokenizer-path") in (None, model.path) and not view.has(
+        "--skip-tokenizer-init"
+    )
+    found = [
+        Finding(
+            code="model-file-broken",
+            severity="error",
+            category="model-path",
+            message=f"model {model.path}: {problem} (not valid JSON; loading the model fails on it)",
+        )
+        for problem in model.broken_files
+        if own_tokenizer or problem.startswith("generation_config.json")
+    ]
+    bad = out_of_range(model.generation_defaults)
+    if bad and view.get("--sampling-defaults") != "openai" and view.catalog.get("--sampling-defaults"):
+        found.append(
+            Finding(
+                code="generation-defaults-rejected",
+                severity="error",
+                category="other",
+                flag="--sampling-defaults",
+                message=f"model {model.path}: generation_config.json sets {', '.join(bad.values())}, which "
+                "SGLang rejects in every request that leaves it to the model's defaults",
+                edits=(SetFlag(flag="--sampling-defaults", values=("openai",)),),
+                why="--sampling-defaults openai takes SGLang's own defaults instead of generation_config.json's "
+                "(or correct the file)",
+                confidence=0.7,
+            )
+        )
     return found
 
 

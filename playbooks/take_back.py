@@ -7,6 +7,7 @@ import re
 from specdoctor.playbooks.base import Context
 from specdoctor.playbooks.device_checks import RUNS_ON
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.engine_source.requirements import needing
 from specdoctor.tools.help_parser import FlagInfo
 
 # Backends that run every model on every GPU SGLang supports, per kind of attention.
@@ -51,9 +52,12 @@ def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tup
 def its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:
     """The feature's own settings the command also gave (`--kv-canary-sweep-interval` with `--kv-canary`,
     the draft model with `--speculative-algorithm`): without the feature SGLang rejects them ("requires
-    --kv-canary"), so they go with it."""
+    --kv-canary"), so they go with it: those named after it, and those SGLang's messages say need it."""
     prefixes = _FAMILY.get(flag, (f"{flag}-", f"--{flag.removeprefix('--enable-')}-"))
-    own = [o.name for o in ctx.spec.options() if o.name.startswith(prefixes)]
+    need_it = needing(ctx.catalog.version).get(flag, frozenset())
+    own = [
+        o.name for o in ctx.spec.options() if o.name.startswith(prefixes) or ctx.view.canon(o.name) in need_it
+    ]
     return tuple(RemoveFlag(flag=name) for name in dict.fromkeys(own) if name != flag)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -430,3 +431,21 @@ def test_a_host_address_this_machine_lacks_is_named_before_launch() -> None:
     # Replayed facts that never recorded the address say nothing.
     quiet = preflight(spec, CAT, facts=HostFacts(live=False))
     assert not [f for f in quiet.findings if f.code == "host-not-local"]
+
+
+def test_model_folder_files_sglang_would_fail_on_are_named_before_launch(models):
+    """The two folders corpus-real-engine-7 recorded SGLang 0.5.23 failing on: a tokenizer_config.json
+    with a trailing comma (the tokenizer fails to load) and a generation_config.json with top_k 0 (every
+    chat request is rejected: "top_k must be -1 (disable) or at least 1, got 0.")."""
+    folder = Path(models["llama"])
+    (folder / "tokenizer_config.json").write_text('{\n  "pad_token": "</s>",\n}\n')
+    (folder / "generation_config.json").write_text('{"top_k": 0, "temperature": 0.6}')
+    report = run(f"{ENTRY} --model-path {folder}")
+    broken = next(f for f in report.findings if f.code == "model-file-broken")
+    assert "tokenizer_config.json" in broken.message and broken.severity == "error"
+    assert report.corrected.value("--sampling-defaults") == "openai"
+    # SGLang's own defaults asked for: the file's values are not used, nothing to say about them.
+    taken = run(f"{ENTRY} --model-path {folder} --sampling-defaults openai")
+    assert "generation-defaults-rejected" not in codes(taken)
+    (folder / "generation_config.json").write_text('{"top_k": 20, "top_p": 0.8}')
+    assert "generation-defaults-rejected" not in codes(run(f"{ENTRY} --model-path {folder}"))

@@ -80,6 +80,16 @@ class ModelFacts(BaseModel):
     torch_dtype: str | None = None
     auto_map: bool = Field(default=False, description="Ships custom code (needs --trust-remote-code).")
     error: str | None = Field(default=None, description="Why config.json could not be read.")
+    broken_files: tuple[str, ...] = Field(
+        default=(),
+        description="The folder's other JSON files the engine parses (tokenizer and generation configs) that "
+        "are not valid JSON, each with the parser's words.",
+    )
+    generation_defaults: dict[str, float] = Field(
+        default_factory=dict,
+        description="Sampling values generation_config.json gives: SGLang's requests default to them "
+        "(`--sampling-defaults model`).",
+    )
 
     @property
     def architecture(self) -> str | None:
@@ -127,6 +137,7 @@ def model_facts(path: str) -> ModelFacts:
         return value if isinstance(value, int) else None
 
     quant = raw.get("quantization_config")
+    broken, generation = _side_files(folder)
     return ModelFacts(
         path=path,
         local=local,
@@ -142,7 +153,37 @@ def model_facts(path: str) -> ModelFacts:
         quantization=quant.get("quant_method") if isinstance(quant, dict) else None,
         torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "") or None,
         auto_map="auto_map" in raw,
+        broken_files=broken,
+        generation_defaults=generation,
     )
+
+
+_SIDE_FILES = ("tokenizer_config.json", "generation_config.json", "special_tokens_map.json")
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def _side_files(folder: Path) -> tuple[tuple[str, ...], dict[str, float]]:
+    """(files that do not parse, with why; the sampling values generation_config.json gives)."""
+    broken: list[str] = []
+    generation: dict[str, float] = {}
+    for name in _SIDE_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(read_text(path, name, CONFIG_MAX_BYTES))
+        except UnreadableFile:
+            continue
+        except (ValueError, RecursionError) as exc:
+            broken.append(f"{name}: {exc}")
+            continue
+        if name == "generation_config.json" and isinstance(data, dict):
+            generation = {
+                k: float(v)
+                for k in _SAMPLING_KEYS
+                if isinstance(v := data.get(k), int | float) and not isinstance(v, bool)
+            }
+    return tuple(broken), generation
 
 
 def _hf_cache_snapshot(repo_id: str) -> Path | None:
