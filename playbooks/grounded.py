@@ -17,8 +17,9 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.feature_code import in_a_features_code
 from specdoctor.playbooks.gate import invalid_edits
-from specdoctor.playbooks.naming import category_of, named_exactly, named_in
+from specdoctor.playbooks.naming import category_of, named_in
 from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning
 from specdoctor.playbooks.take_back import its_settings
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
@@ -45,10 +46,10 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     reading = read_site(site, ctx.spec, ctx.catalog, dests)
     if (off := _env_switch_off(ctx, reading)) is not None:
         return off
-    if [r.flag for r in _culprits(reading)] == ["--device"] and (
-        feature := _feature_off_device(ctx, reading)
+    if [r.flag for r in _culprits(reading)] in ([], ["--device"]) and (
+        owned := in_a_features_code(ctx, reading)
     ):
-        return feature
+        return owned
     if _culprits(reading):
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
     if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
@@ -107,33 +108,6 @@ def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision |
         f"without {found.setting} the launch does not take that path",
         evidence=(*_evidence(ctx, reading), found.line),
         # The log's word ties the two together, not the check's own fields.
-        confidence=0.45,
-    )
-
-
-def _feature_off_device(ctx: Context, reading: SiteReading) -> Decision | None:
-    """A check of the device that a chosen feature's own code runs (`_handle_dflash`: "DFLASH ... is not
-    supported ... on device 'cpu'"): the device is the machine's, the feature is what can change."""
-    where = f"{reading.site.function} {ctx.root.error_line or reading.site.template}"
-    named = [
-        o
-        for o in ctx.spec.options()
-        if o.name != "--device"
-        and len(o.values) == 1
-        and len(o.values[0]) >= 4
-        and named_exactly(o.values[0], where)
-    ]
-    if len(named) != 1:
-        return None
-    flag, value = ctx.view.canon(named[0].name), named[0].values[0]
-    return fix(
-        ctx,
-        [RemoveFlag(flag=flag), *its_settings(flag, ctx)],
-        _category(reading),
-        f"SGLang's check at {_where(reading)}: {flag} {value} does not run on --device {ctx.view.get('--device')}",
-        why=f"the check runs in {value}'s own code and rejects this device; the device is the machine's, so "
-        f"{flag} goes (with its own settings)",
-        evidence=_evidence(ctx, reading),
         confidence=0.45,
     )
 

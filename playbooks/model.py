@@ -11,8 +11,10 @@ from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.repo_ids import check_repo_ids
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
+# The user's --context-length against the model's, or (speculative) the target's against the draft's.
 _DERIVED = re.compile(
-    r"User-specified context_length \((\d+)\) is greater than the derived context_length \((\d+)\)"
+    r"(?:User-specified|Target model's) context_length \((\d+)\) is greater than the derived context_length "
+    r"\((\d+)\)"
 )
 
 
