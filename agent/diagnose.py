@@ -24,7 +24,7 @@ from specdoctor.tools.engine_source.lookup import Located
 from specdoctor.tools.errors import UsageError
 from specdoctor.tools.files import MiB, read_text
 from specdoctor.tools.gpu import GpuReport, parse_gpus_description
-from specdoctor.tools.log_cause import RootCause
+from specdoctor.tools.log_cause import RootCause, server_answer
 from specdoctor.tools.logs import compact, extract_root_cause, scan_file
 from specdoctor.tools.outcome import EXIT_KIND_TO_OUTCOME, Outcome, OutcomeKind
 from specdoctor.tools.sglang_facts import facts_for
@@ -75,6 +75,8 @@ def outcome_from_log(
     kind: OutcomeKind
     if exit_kind in EXIT_KIND_TO_OUTCOME:
         kind = EXIT_KIND_TO_OUTCOME[exit_kind]
+        if kind == "degraded" and server_answer(lines[-2000:]) is not None:
+            kind = "unhealthy"  # requests are turned away, as the watcher's own probe would find
     elif re.search(r"\[Errno 98\]", text):
         kind = "hung"
     elif (
@@ -118,6 +120,9 @@ def context_for(
     """Everything a planner sees. Model and draft facts, and the engine check the failure stopped at, are
     read here unless given (replay passes the recorded ones: the folders need not exist on this machine)."""
     root = root or extract_root_cause(lines)
+    if root.kind == "none" and outcome is not None and outcome.kind in ("unhealthy", "degraded"):
+        # Our own probe's request was turned away: its answer (in the outcome) is the engine's reason.
+        root = extract_root_cause([outcome.detail])
     view = CommandView(spec, catalog)
     if model is None and draft is None:
         model, draft = facts(view)

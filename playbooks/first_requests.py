@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
@@ -32,6 +33,7 @@ _SAMPLING_REJECTED = (
     r"\b(?P<name>temperature|top_p|top_k|min_p|frequency_penalty|presence_penalty|repetition_penalty) "
     r"must be [^\n]*?got (?P<value>[-\w.]+)"
 )
+_TEMPLATE_MAX = 1 << 20
 _TEMPLATE_BROKEN = r"Unexpected end of template|Jinja was looking for the following tags|jinja2\.exceptions\.TemplateSyntaxError"
 
 
@@ -154,3 +156,28 @@ def _preferred(ctx: Context) -> dict[str, object]:
     except ValueError:
         return {}
     return params if isinstance(params, dict) else {}
+
+
+@playbook(id="sglang.request.chat-template-refuses", category="other", when=_WHEN, priority=29)
+def chat_template_refuses(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The command's chat template file itself raises the error a chat request got (`raise_exception('System
+    role not supported')` in a Gemma-style template): the messages clients send do not fit that template."""
+    path, said = ctx.view.get("--chat-template"), ctx.root.error_line or ""
+    if not path or ctx.root.kind != "message" or len(said) < 8:
+        return None
+    try:
+        template = Path(path).read_text(encoding="utf-8", errors="replace")[:_TEMPLATE_MAX]
+    except OSError:
+        return None  # a built-in template's name, or a file not on this machine
+    if said.rstrip(".") not in template:
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--chat-template")],
+        "other",
+        f"the chat template {path} itself refuses the request: {said}",
+        why="the template raises this for messages it was not written for; without --chat-template SGLang uses "
+        "the tokenizer's own template (or name a built-in one that takes them, e.g. chatml)",
+        evidence=(said,),
+        confidence=0.6,
+    )

@@ -414,7 +414,7 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
                 category="flag-name" if kind == flag.value_type else "other",
                 flag=opt.name,
                 message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`"
-                + (" (Python's syntax: SGLang reads it with json.loads)" if respelled else ""),
+                + (" (not JSON's spelling: SGLang reads it with json.loads)" if respelled else ""),
                 evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
                 edits=(SetFlag(flag=flag.name, values=(respelled,)),) if respelled else (),
                 why="the same keys and values in JSON's spelling (double quotes)" if respelled else "",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdoctor.playbooks.json_values import json_container, python_literal
+from specdoctor.playbooks.json_values import json_container, loose_literal
 from specdoctor.playbooks.spec_checks import builtin_algorithms
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.catalog import FlagCatalog
@@ -334,7 +334,7 @@ def _requoted(value: str, written: set[str]) -> bool:
     """JSON's spelling of a Python literal the user wrote (`{'a': True}` → `{"a": true}`): the same
     parsed value, so nothing in it came from anywhere but the user."""
     parsed = json_container(value)
-    return parsed is not None and any(python_literal(w) == parsed for w in written)
+    return parsed is not None and any(loose_literal(w) == parsed for w in written)
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

@@ -52,7 +52,12 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         return owned
     if _culprits(reading):
         return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
-    if reading.all_default and (site.fields or site.guard_fields) and not _in_a_chosen_feature(ctx, reading):
+    if (
+        reading.all_default
+        and (site.fields or site.guard_fields)
+        and not _in_a_chosen_feature(ctx, reading)
+        and not _message_names_a_chosen_flag(ctx)
+    ):
         return _brought_in_by_the_command(ctx, reading) or _engine_bug(ctx, reading)
     return _switch_off_the_path(ctx, reading)
 
@@ -109,6 +114,17 @@ def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision |
         evidence=(*_evidence(ctx, reading), found.line),
         # The log's word ties the two together, not the check's own fields.
         confidence=0.45,
+    )
+
+
+def _message_names_a_chosen_flag(ctx: Context) -> bool:
+    """The error spells out a flag the command sets ("--prefill-only-disable-kv-cache currently requires
+    --is-embedding"): the check is about the user's choice, whatever fields the index saw it read."""
+    said = ctx.root.error_line or ""
+    return any(
+        re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
+        for o in ctx.spec.options()
+        if o.name != "--device"
     )
 
 

@@ -36,6 +36,21 @@ def python_literal(value: str) -> object | None:
         return None
 
 
+def loose_literal(value: str) -> object | None:
+    """The object or list the value means when written in Python's syntax (`{'a': True}`) or as a YAML
+    flow collection, the way JavaScript writes objects (`{enable_thinking: false}`); None otherwise."""
+    parsed = python_literal(value)
+    if parsed is not None or not value.strip().startswith(("{", "[")):
+        return parsed
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+    return loaded if isinstance(loaded, dict | list) else None
+
+
 def json_container(value: str) -> dict | list | None:
     """The JSON object or array the value spells, None for anything else."""
     try:
@@ -46,8 +61,9 @@ def json_container(value: str) -> dict | list | None:
 
 
 def as_json(value: str) -> str | None:
-    """The JSON spelling of a Python literal dict or list, None when the value is not one."""
-    parsed = python_literal(value)
+    """The JSON spelling of a dict or list written loosely (Python's syntax, unquoted keys), None when the
+    value is not one."""
+    parsed = loose_literal(value)
     if not isinstance(parsed, dict | list):
         return None
     try:

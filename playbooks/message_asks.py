@@ -1,7 +1,9 @@
 """What an error message asks of a setting the command chose, when it does not spell the flag out:
 "For FP4 quantization, use ModelOptFp4Config" names the `--quantization` choice `modelopt_fp4` by its
 class; "arange's range must be a power of 2" asks for a power of two of the one count the command gave that
-is not one. The flag-level remedies ("please use --x y") are the engine index's (`sglang.source.check`)."""
+is not one. The flag-level remedies ("please use --x y") are the engine index's (`sglang.source.check`);
+where the message's site is not indexed (request handlers, kernels), `sglang.message.remedy` reads them
+from the message itself."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.gate import invalid_edits, touches
 from specdoctor.playbooks.naming import category_of, squeeze
 from specdoctor.playbooks.suspects import failing_path
-from specdoctor.tools.command import SetFlag
+from specdoctor.tools.command import Edit, SetFlag
+from specdoctor.tools.engine_source.remedies import remedies
 
 # Not a purpose or condition (`To use priority scheduling, ...`, `when using X`): those name what the
 # user asked for, not what to change.
@@ -89,3 +93,40 @@ def power_of_two(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why=f"{flag} is the only count the command chose that is not a power of two; {up} is the next one",
         confidence=0.5,
     )
+
+
+@playbook(id="sglang.message.remedy", category="other", when=("exited", "unhealthy"), priority=70)
+def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The engine's message says which flag to set, add or change ("Please set `--enable-custom-logit-
+    processor`", "Use --grammar-backend xgrammar"), where its raising site is not in the bundled index (the
+    request handlers, kernels): the first such change the gate takes. A change of what is served or exposed
+    stays a person's decision (below the unattended bar)."""
+    said = ctx.root.error_line or ""
+    if ctx.root.kind not in ("exception", "message") or not said:
+        return None
+    edits = [r.edit for r in remedies(said, ctx.catalog) if r.edit is not None]
+    # What keeps the deployment as asked goes first: a tuning change before one of what is served or exposed
+    # ("--x requires --is-embedding" is answered by taking --x back, not by serving embeddings).
+    ranked = sorted(edits, key=lambda e: not _tuning(ctx, e))
+    for edit in ranked:
+        if ctx.spec.apply_all([edit], ctx.catalog.canonical) == ctx.spec:
+            continue
+        if invalid_edits(ctx.spec, [edit], ctx.catalog):
+            continue
+        tuning = _tuning(ctx, edit)
+        decision = fix(
+            ctx,
+            [edit],
+            category_of(getattr(edit, "flag", "")),
+            f"SGLang's message says what to do: {said}",
+            why=f"the engine names the change ({edit.describe()}) in the message of the failure",
+            evidence=(said,),
+            confidence=0.6 if tuning else 0.45,
+        )
+        if decision is not None:
+            return decision
+    return None
+
+
+def _tuning(ctx: Context, edit: Edit) -> bool:
+    return all(t.classed.edit_class == "tuning" for t in touches([edit], ctx.catalog, ctx.spec))

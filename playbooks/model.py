@@ -198,7 +198,9 @@ def model_required(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 _RESERVED_TOKENS = 16
 _TOO_LONG = re.compile(
-    r"(?i)(?:input|prompt|request)[^\n]*?(?:longer than|exceeds)[^\n]*?(?:context length|allowed length|max context)[^\n]*?\((\d+)(?: tokens)?\)",
+    r"(?i)(?:input|prompt|request)[^\n]*?(?:longer than|exceeds)[^\n]*?(?:context length|allowed length|max context)[^\n]*?\((\d+)(?: tokens)?\)"
+    # A completion budget over what the context leaves (SGLang's OpenAI routes).
+    r"|max_completion_tokens is too large[^\n]*?supports at most (\d+) completion tokens",
 )
 
 
@@ -212,7 +214,7 @@ _TOO_LONG = re.compile(
 def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Requests are refused as too long: a context the model config caps, or a KV pool that came out small."""
     assert m is not None  # the trigger is _TOO_LONG itself
-    allowed = int(m.group(1))
+    allowed = int(m.group(1) or m.group(2))
     scaled = _rope_scaled_length(ctx.view.get("--json-model-override-args"))
     if scaled and scaled > allowed:
         return fix(
@@ -230,7 +232,8 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     # SGLang caps a request at min(context length, KV pool size) less a few reserved tokens: a cap well under
     # the --context-length the user set can only come from the pool.
     pool = re.search(r"max_total_num_tokens=(\d+)", ctx.search_text)
-    if asked and allowed < asked - _RESERVED_TOKENS:
+    # A completion budget is what the prompt leaves of the context: it says nothing of the pool.
+    if asked and allowed < asked - _RESERVED_TOKENS and m.group(1):
         held = f" (the pool: max_total_num_tokens={pool.group(1)})" if pool else ""
         return stop(
             ctx,
@@ -241,12 +244,29 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "or find out what held memory when SGLang measured it.",
             confidence=0.6,
         )
+    if asked is not None and allowed <= asked and _model_allows_more(ctx, asked):
+        # The cap is the command's own --context-length: without it the model's own length applies.
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--context-length")],
+            "context-length",
+            f"requests are longer than the {allowed} tokens --context-length {asked} allows",
+            why="the server turns away what does not fit the context the command set; without --context-length "
+            "SGLang uses the model's own (max_position_embeddings)",
+            confidence=0.6 if ctx.model and ctx.model.max_position_embeddings else 0.45,
+        )
     return stop(
         ctx,
         "context-length",
         f"requests are longer than the {allowed} tokens this server accepts",
         "Shorten the prompts, or use a model (or RoPE scaling) with a longer context.",
     )
+
+
+def _model_allows_more(ctx: Context, asked: int) -> bool:
+    """The model is built for more than the command's --context-length (unknown: it may be)."""
+    limit = ctx.model.max_position_embeddings if ctx.model else None
+    return limit is None or limit > asked
 
 
 def _rope_scaled_length(override: str | None) -> int | None:

@@ -30,8 +30,41 @@ _WARMUP_SENDS = ("temperature", "max_new_tokens")
 _AT_LEAST_ONE = ("--max-total-tokens",)
 
 
+# transformers' PretrainedConfig fields that hold a list: a string there is read letter by letter
+# ("'L' is not a registered model" for "LlamaForCausalLM").
+_LIST_FIELDS = ("architectures",)
+
+
 def check_values(view: CommandView) -> list[Finding]:
-    return _sampling_defaults(view) + _empty_budgets(view)
+    return _sampling_defaults(view) + _empty_budgets(view) + _override_shapes(view)
+
+
+def _override_shapes(view: CommandView) -> list[Finding]:
+    raw = view.get("--json-model-override-args")
+    try:
+        override = json.loads(raw) if raw else None
+    except ValueError:
+        return []
+    if not isinstance(override, dict):
+        return []
+    found = []
+    for field in _LIST_FIELDS:
+        value = override.get(field)
+        if isinstance(value, str):
+            found.append(
+                Finding(
+                    code="override-not-a-list",
+                    severity="error",
+                    category="model-path",
+                    flag="--json-model-override-args",
+                    message=f'--json-model-override-args sets "{field}" to a string; the model config holds a '
+                    f'list there (["{value}"]), and SGLang reads the string letter by letter',
+                    edits=(RemoveFlag(flag="--json-model-override-args"),),
+                    why=f'without the override the model\'s own {field} apply; to keep it, write "{field}": ["{value}"]',
+                    confidence=0.6,
+                )
+            )
+    return found
 
 
 def out_of_range(params: dict[str, object]) -> dict[str, str]:

@@ -46,6 +46,9 @@ FLOORS = {
     "corpus-real-engine-5": (11, 0),
     "corpus-real-engine-6": (11, 0),
     "corpus-real-engine-7": (10, 0),
+    "corpus-real-engine-8": (10, 0),
+    # One case more where its chat template file is on the machine (/tmp/harvest-RH/cfg): the rule reads it.
+    "corpus-real-engine-9": (10, 0),
 }
 
 

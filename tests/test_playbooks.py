@@ -47,7 +47,26 @@ class Scenario:
 
 
 S = Scenario
+FILES = Path(__file__).parent / "data" / "launch-files"
 SCENARIOS = [
+    S(
+        "sglang.flag.config-file",
+        f"{PY} --config {FILES / 'vllm-key-config.yaml'}",
+        "sglang-outputs/config-yaml-unknown-key.rc2.txt",
+        Fix,
+        "flag-name",
+        {"--config": None, "--model-path": "/models/tiny-llama", "--num-speculative-tokens": None},
+        exit_kind="parse-error",
+    ),
+    S(
+        "sglang.request.chat-template-refuses",
+        f"{PY} --model-path M --chat-template {FILES / 'alternating.jinja'}",
+        "sglang-outputs/chat-template-file-roles-must-alternate.rc137.txt",
+        Fix,
+        "other",
+        {"--chat-template": None},
+        exit_kind="runs-but-degraded",
+    ),
     S(
         "sglang.argparse",
         f"{PY} --model-path M --tp 8 --num-speculative-tokens 16 --speculative-algorithm EAGLE3 --speculative-draft-model-path D --speculative-eagle-topk 1",
@@ -733,6 +752,10 @@ REAL_ENGINE_7 = [
     ("max-total-tokens-zero-not-enough-memory", "sglang.memory.kv-pool-empty"),
     ("env-external-model-package-not-importable", "sglang.hardware.missing-module"),
 ]
+REAL_ENGINE_9 = [
+    ("custom-logit-processor-request-not-enabled", "sglang.message.remedy"),
+    ("embeddings-request-without-is-embedding", "sglang.message.remedy"),
+]
 REAL_ENGINE_5 = [
     ("host-ip-not-on-this-machine-hangs", "sglang.network.own-address-unreachable"),
     ("chunked-prefill-size-zero-kv-budget-negative", "sglang.memory.kv-pool-empty"),
@@ -759,6 +782,7 @@ CASES = (
     + [("corpus-real-engine-4", c, p) for c, p in REAL_ENGINE_4]
     + [("corpus-real-engine-5", c, p) for c, p in REAL_ENGINE_5]
     + [("corpus-real-engine-7", c, p) for c, p in REAL_ENGINE_7]
+    + [("corpus-real-engine-9", c, p) for c, p in REAL_ENGINE_9]
 )
 
 

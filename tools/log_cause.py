@@ -10,6 +10,7 @@ Works on whole logs and on excerpts quoted in issues (`[...]` cuts, one line, lo
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -137,8 +138,16 @@ def extract_root_cause(lines: Iterable[str], profile: EngineProfile = SGLANG) ->
     chosen = _choose(scan, msgs, profile)
     names = tuple(dict.fromkeys(name for _, name, _ in scan.wrappers))
     if chosen is None:
+        answer = server_answer(raw)
+        if answer is not None:
+            # Up and turning requests away: the engine's answer to the request is all it says of why.
+            return RootCause(
+                kind="message", error_line=answer, message=answer, block=(answer,), wrappers=names
+            )
         return RootCause(kind="none", wrappers=names)
     wrapper = chosen.wrapper or (names[0] if names else None)
+    if chosen.kind == "message" and (answer := server_answer([chosen.error_line])) is not None:
+        chosen.error_line = chosen.message = answer  # the answer's words, not its JSON
     return RootCause(
         kind=chosen.kind,
         error_line=chosen.error_line,
@@ -152,6 +161,25 @@ def extract_root_cause(lines: Iterable[str], profile: EngineProfile = SGLANG) ->
         line_index=chosen.index,
         span=chosen.span,
     )
+
+
+# SGLang's error answers to a request: the OpenAI routes' `{"object": "error", "message": ...}`, the native
+# routes' `{"error": {"message": ...}}`; quoted in a log, pasted from curl, or recorded by our own probe.
+_ANSWER = re.compile(
+    r'\{\s*"(?:object"\s*:\s*"error"|error"\s*:\s*\{)[^\n]*?"message"\s*:\s*"((?:[^"\\]|\\.)*)"'
+)
+
+
+def server_answer(lines: Iterable[str]) -> str | None:
+    """The message of the last error answer SGLang gave a request, if the text holds one."""
+    found = None
+    for line in lines:
+        for m in _ANSWER.finditer(line):
+            try:
+                found = json.loads(f'"{m.group(1)}"')
+            except ValueError:
+                found = m.group(1)
+    return found.strip() if found else None
 
 
 def _wrapper_of(msg: str, profile: EngineProfile) -> tuple[str, bool] | None:

@@ -1,0 +1,176 @@
+"""The engine's answer to a request is its reason when the server log has none, and what SGLang's messages
+say to do is a remedy wherever they are raised. Lessons of corpus-real-engine-8 (6/11 on arrival) and -9
+(0/13 on arrival: failures of the first requests a launch flag causes), each on its blind cases and, where
+the blind set has only one, a second real launch of SGLang 0.5.23 recorded here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
+from specdoctor.agent.evaluate import score_case
+from specdoctor.playbooks.json_values import as_json, loose_literal
+from specdoctor.playbooks.value_checks import check_values
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.log_cause import extract_root_cause, server_answer
+from tests.test_corpus_scores import CAT, contract_for
+
+DATA = Path(__file__).parent / "data"
+PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
+
+
+def _blind(folder: str, name: str) -> dict:
+    path = DATA / folder / f"{name}.json"
+    contract = contract_for(path)
+    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
+    return contract
+
+
+def _recorded(name: str, command: str, kind: str) -> dict:
+    lines = (DATA / "sglang-outputs" / name).read_text().split("---- stdout+stderr ----", 1)[1].splitlines()
+    ctx = context_for(LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, kind))
+    decision = decide(ctx)
+    return {"playbook": decision.playbook, "edits": [e.describe() for e in getattr(decision, "edits", ())]}
+
+
+def test_the_answer_a_request_got_is_the_root_cause_when_the_log_has_none() -> None:
+    openai = (
+        '{"object":"error","message":"top_p must be in (0, 1], got 0.0.","type":"BadRequestError","code":400}'
+    )
+    native = '{"error":{"message":"The server is not configured to enable custom logit processor."}}'
+    assert server_answer(["INFO: started", openai]) == "top_p must be in (0, 1], got 0.0."
+    assert server_answer([native]) == "The server is not configured to enable custom logit processor."
+    root = extract_root_cause(["[2026-12-04 23:44:17] The server is fired up and ready to roll!", openai])
+    assert (root.kind, root.error_line) == ("message", "top_p must be in (0, 1], got 0.0.")
+    # A traceback in the server's own log stays the reason.
+    crash = ["Traceback (most recent call last):", '  File "x.py", line 1, in f', "ValueError: boom", openai]
+    assert extract_root_cause(crash).error_line == "ValueError: boom"
+    assert server_answer(['{"object":"chat.completion","choices":[]}']) is None
+
+
+def test_a_request_answer_read_from_a_recording_is_unhealthy_not_degraded() -> None:
+    lines = (
+        (DATA / "sglang-outputs" / "generation-config-top-p-zero-chat-request.rc0.txt")
+        .read_text()
+        .splitlines()
+    )
+    assert outcome_from_log(lines, "runs-but-degraded").kind == "unhealthy"
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("custom-logit-processor-request-not-enabled", "set --enable-custom-logit-processor"),
+        ("embeddings-request-without-is-embedding", "set --is-embedding"),
+        ("request-chat-template-without-trust-flag", "set --trust-request-chat-template"),
+        ("return-hidden-states-mode-last-rejects-full-request", "set --return-hidden-states-mode full"),
+        ("strict-thinking-with-grammar-backend-none", "set --grammar-backend xgrammar"),
+    ],
+)
+def test_what_the_engines_message_says_to_do_is_the_remedy(name: str, edit: str) -> None:
+    contract = _blind("corpus-real-engine-9", name)
+    assert contract["playbook"] == "sglang.message.remedy"
+    assert _describe(contract["edits"]) == [edit]
+    # A change of what is served or exposed is a person's decision, whoever names it.
+    assert contract["confidence"] < 0.5 or edit.startswith("remove")
+
+
+def _describe(edits: list[dict]) -> list[str]:
+    out = []
+    for e in edits:
+        values = " ".join(e.get("values") or ())
+        out.append(f"{'set' if e['op'] == 'set' else e['op']} {e['flag']}{' ' + values if values else ''}")
+    return out
+
+
+def test_a_requirement_on_the_users_flag_takes_that_flag_back_before_serving_something_else() -> None:
+    contract = _blind("corpus-real-engine-8", "prefill-only-disable-kv-cache-without-embedding")
+    assert _describe(contract["edits"]) == ["remove --prefill-only-disable-kv-cache"]
+
+
+@pytest.mark.parametrize(
+    "name", ["chat-max-tokens-above-small-context-length", "completions-prompt-longer-than-context-length"]
+)
+def test_requests_over_the_commands_own_context_cap_take_the_cap_back(name: str) -> None:
+    contract = _blind("corpus-real-engine-9", name)
+    assert _describe(contract["edits"]) == ["remove --context-length"]
+
+
+def test_a_chat_template_file_that_raises_the_answer_is_taken_back(tmp_path: Path) -> None:
+    template = tmp_path / "alternating.jinja"
+    template.write_text(
+        "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+        "{% endif %}{{ message['content'] }}{% endfor %}\n"
+    )
+    decided = _recorded(
+        "chat-template-file-roles-must-alternate.rc137.txt",
+        f"{PY} --port 32290 --chat-template {template}",
+        "runs-but-degraded",
+    )
+    assert decided == {
+        "playbook": "sglang.request.chat-template-refuses",
+        "edits": ["remove --chat-template"],
+    }
+    # A template file that does not say it: no claim about it.
+    template.write_text("{% for message in messages %}{{ message['content'] }}{% endfor %}\n")
+    decided = _recorded(
+        "chat-template-file-roles-must-alternate.rc137.txt",
+        f"{PY} --port 32290 --chat-template {template}",
+        "runs-but-degraded",
+    )
+    assert decided["playbook"] != "sglang.request.chat-template-refuses"
+
+
+def test_json_written_as_javascript_objects_is_respelled() -> None:
+    assert as_json("{enable_thinking: false}") == '{"enable_thinking": false}'
+    assert loose_literal("{a: [1, two]}") == {"a": [1, "two"]}
+    assert loose_literal("not a collection") is None
+    _blind("corpus-real-engine-9", "default-chat-template-kwargs-not-valid-json")
+    decided = _recorded(
+        "json-model-override-args-unquoted-keys.rc1.txt",
+        f"{PY} --port 32290 --json-model-override-args '{{max_position_embeddings: 1024}}'",
+        "startup-crash",
+    )
+    assert decided["edits"] == ['set --json-model-override-args {"max_position_embeddings": 1024}']
+
+
+def test_a_list_field_of_the_model_config_written_as_a_string_is_named() -> None:
+    _blind("corpus-real-engine-8", "json-override-architectures-as-string")
+    view = CommandView(
+        LaunchCommand.parse(f'{PY} --json-model-override-args \'{{"architectures": "X"}}\''), CAT
+    )
+    (found,) = check_values(view)
+    assert found.code == "override-not-a-list" and '["X"]' in found.message
+    listed = CommandView(
+        LaunchCommand.parse(f'{PY} --json-model-override-args \'{{"architectures": ["X"]}}\''), CAT
+    )
+    assert check_values(listed) == []
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "edits"),
+    [
+        ("corpus-real-engine-8", "load-format-gguf-on-safetensors-dir", ["remove --load-format"]),
+        (
+            "corpus-real-engine-6",
+            "dflash-speculative-on-cpu",
+            ["remove --speculative-algorithm", "remove --speculative-draft-model-path"],
+        ),
+    ],
+)
+def test_a_refusal_in_a_chosen_values_own_code_takes_the_choice_back(
+    folder: str, name: str, edits: list
+) -> None:
+    contract = _blind(folder, name)
+    assert contract["playbook"] == "sglang.source.check"
+    assert _describe(contract["edits"]) == edits
+
+
+def test_the_targets_context_above_its_drafts_is_set_to_the_drafts() -> None:
+    contract = _blind("corpus-real-engine-8", "eagle3-draft-max-position-below-target-context")
+    assert _describe(contract["edits"]) == ["set --context-length 256"]
