@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 
-from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.gate import invalid_edits, touches
 from specdoctor.playbooks.naming import category_of, squeeze
 from specdoctor.playbooks.suspects import failing_path
-from specdoctor.tools.command import Edit, SetFlag
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 from specdoctor.tools.engine_source.remedies import remedies
 
 # Not a purpose or condition (`To use priority scheduling, ...`, `when using X`): those name what the
@@ -97,23 +97,25 @@ def power_of_two(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 @playbook(id="sglang.message.remedy", category="other", when=("exited", "unhealthy"), priority=70)
 def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The engine's message says which flag to set, add or change ("Please set `--enable-custom-logit-
-    processor`", "Use --grammar-backend xgrammar"), where its raising site is not in the bundled index (the
-    request handlers, kernels): the first such change the gate takes. A change of what is served or exposed
-    stays a person's decision (below the unattended bar)."""
+    """The engine's message says which flag to set, add or change ("Use --grammar-backend xgrammar",
+    "--x requires --y"), where its raising site is not in the bundled index (the request handlers, kernels):
+    the first such change the gate takes. Message text is data anyone can write, so from it only a tuning
+    change, or taking back a flag the user chose, is proposed; a change of what is served or accepted
+    ("Please set `--enable-custom-logit-processor`") is quoted for the person to make."""
     said = ctx.root.error_line or ""
     if ctx.root.kind not in ("exception", "message") or not said:
         return None
     edits = [r.edit for r in remedies(said, ctx.catalog) if r.edit is not None]
-    # What keeps the deployment as asked goes first: a tuning change before one of what is served or exposed
-    # ("--x requires --is-embedding" is answered by taking --x back, not by serving embeddings).
-    ranked = sorted(edits, key=lambda e: not _tuning(ctx, e))
-    for edit in ranked:
+    # What keeps the deployment as asked goes first ("--x requires --is-embedding": take --x back).
+    asked: list[Edit] = []
+    for edit in sorted(edits, key=lambda e: not _tuning(ctx, e)):
         if ctx.spec.apply_all([edit], ctx.catalog.canonical) == ctx.spec:
             continue
         if invalid_edits(ctx.spec, [edit], ctx.catalog):
             continue
-        tuning = _tuning(ctx, edit)
+        if not (_tuning(ctx, edit) or _takes_back(ctx, edit)):
+            asked.append(edit)
+            continue
         decision = fix(
             ctx,
             [edit],
@@ -121,11 +123,33 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             f"SGLang's message says what to do: {said}",
             why=f"the engine names the change ({edit.describe()}) in the message of the failure",
             evidence=(said,),
-            confidence=0.6 if tuning else 0.45,
+            confidence=0.6 if _tuning(ctx, edit) else 0.45,
         )
         if decision is not None:
             return decision
-    return None
+    if not asked:
+        return None
+    wanted = "; ".join(e.describe() for e in asked)
+    return stop(
+        ctx,
+        "other",
+        f"SGLang asks for a change of what the server serves or accepts: {said}",
+        f"If that is what you mean, make it yourself ({wanted}): specdoctor does not add such a flag on the "
+        "word of a message, which anyone can write into a log or an answer.",
+        evidence=(said,),
+        confidence=0.6,
+    )
+
+
+def _takes_back(ctx: Context, edit: Edit) -> bool:
+    """A flag the command itself gives, taken back or set to another of its choices: no new flag comes
+    from the message."""
+    flag = getattr(edit, "flag", None)
+    return (
+        isinstance(edit, RemoveFlag | SetFlag)
+        and flag is not None
+        and ctx.spec.has(flag, ctx.catalog.canonical)
+    )
 
 
 def _tuning(ctx: Context, edit: Edit) -> bool:
