@@ -20,7 +20,7 @@ from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.feature_code import in_a_features_code
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.playbooks.naming import category_of, named_in
-from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning
+from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning, prime_suspect
 from specdoctor.playbooks.take_back import its_settings
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
@@ -57,6 +57,7 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         and (site.fields or site.guard_fields)
         and not _in_a_chosen_feature(ctx, reading)
         and not _message_names_a_chosen_flag(ctx)
+        and not _failure_names_a_chosen_value(ctx)
     ):
         return _brought_in_by_the_command(ctx, reading) or _engine_bug(ctx, reading)
     return _switch_off_the_path(ctx, reading)
@@ -115,6 +116,13 @@ def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision |
         # The log's word ties the two together, not the check's own fields.
         confidence=0.45,
     )
+
+
+def _failure_names_a_chosen_value(ctx: Context) -> bool:
+    """The error or its stack names a value the command chose ("Flashinfer MoE A2A requires ..." for
+    --moe-a2a-backend flashinfer): the check is on that choice's path, whatever fields the index saw."""
+    found = prime_suspect(ctx)
+    return found is not None and found.how in ("value in error", "value in stack")
 
 
 def _message_names_a_chosen_flag(ctx: Context) -> bool:
@@ -242,6 +250,10 @@ def _to_allowed_or_default(
         return None
     allowed = _allowed_value(read, ctx.view.facts.portable_values)
     if allowed and not _valid(ctx, [SetFlag(flag=read.flag, values=(allowed,))]):
+        allowed = None
+    if allowed and allowed != read.default and not is_tuning(read.flag):
+        # Another value of what is loaded (a quantization describes the checkpoint) is no smaller change
+        # than none: SGLang's default takes it from the model.
         allowed = None
     # Back at its default, the setting takes its own settings with it (a speculative algorithm its draft).
     edits: list[Edit] = (

@@ -64,19 +64,34 @@ def test_a_request_answer_read_from_a_recording_is_unhealthy_not_degraded() -> N
 @pytest.mark.parametrize(
     ("name", "edit"),
     [
-        ("custom-logit-processor-request-not-enabled", "set --enable-custom-logit-processor"),
-        ("embeddings-request-without-is-embedding", "set --is-embedding"),
-        ("request-chat-template-without-trust-flag", "set --trust-request-chat-template"),
         ("return-hidden-states-mode-last-rejects-full-request", "set --return-hidden-states-mode full"),
         ("strict-thinking-with-grammar-backend-none", "set --grammar-backend xgrammar"),
     ],
 )
-def test_what_the_engines_message_says_to_do_is_the_remedy(name: str, edit: str) -> None:
+def test_what_the_engines_message_says_to_do_with_the_users_own_flag_is_the_remedy(
+    name: str, edit: str
+) -> None:
     contract = _blind("corpus-real-engine-9", name)
     assert contract["playbook"] == "sglang.message.remedy"
     assert _describe(contract["edits"]) == [edit]
-    # A change of what is served or exposed is a person's decision, whoever names it.
-    assert contract["confidence"] < 0.5 or edit.startswith("remove")
+    assert contract["confidence"] < 0.5  # a change of what is served or accepted: a person's decision
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"),
+    [
+        ("custom-logit-processor-request-not-enabled", "--enable-custom-logit-processor"),
+        ("embeddings-request-without-is-embedding", "--is-embedding"),
+        ("request-chat-template-without-trust-flag", "--trust-request-chat-template"),
+    ],
+)
+def test_a_new_flag_of_what_is_served_or_accepted_is_quoted_not_added(name: str, flag: str) -> None:
+    """The trust boundary: message text is data anyone can write, so a flag that changes what the server
+    serves or accepts is never added on its word; the stop quotes it for the person."""
+    path = DATA / "corpus-real-engine-9" / f"{name}.json"
+    contract = contract_for(path)
+    assert (contract["playbook"], contract["action"]) == ("sglang.message.remedy", "stop")
+    assert flag in contract["summary"] or flag in json.dumps(contract)
 
 
 def _describe(edits: list[dict]) -> list[str]:

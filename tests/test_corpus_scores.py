@@ -48,7 +48,8 @@ FLOORS = {
     "corpus-real-engine-7": (10, 0),
     "corpus-real-engine-8": (10, 0),
     # One case more where its chat template file is on the machine (/tmp/harvest-RH/cfg): the rule reads it.
-    "corpus-real-engine-9": (10, 0),
+    "corpus-real-engine-9": (7, 0),
+    "corpus-real-engine-10": (11, 1),
 }
 
 

@@ -753,8 +753,8 @@ REAL_ENGINE_7 = [
     ("env-external-model-package-not-importable", "sglang.hardware.missing-module"),
 ]
 REAL_ENGINE_9 = [
-    ("custom-logit-processor-request-not-enabled", "sglang.message.remedy"),
-    ("embeddings-request-without-is-embedding", "sglang.message.remedy"),
+    ("return-hidden-states-mode-last-rejects-full-request", "sglang.message.remedy"),
+    ("strict-thinking-with-grammar-backend-none", "sglang.message.remedy"),
 ]
 REAL_ENGINE_5 = [
     ("host-ip-not-on-this-machine-hangs", "sglang.network.own-address-unreachable"),
