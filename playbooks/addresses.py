@@ -15,6 +15,8 @@ from specdoctor.tools.command import Edit, RemoveFlag, SetEnv
 _UNREACHED = (
     r"TCP client failed to connect/validate to host ([^\s:]+|\[[^\]]+\]):(\d+)"
     r"|The client socket has timed out after \d+ms while trying to connect to \(([^,]+), (\d+)\)"
+    # A name no resolver here knows (copied from a cluster's /etc/hosts): torch retries it for ever.
+    r"|network addresses of \(([^,]+), (\d+)\) cannot be retrieved"
 )
 _HOST_PORT = re.compile(r"^\[?[\w.:-]+?\]?:\d+$")
 
@@ -30,7 +32,7 @@ def own_address_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision |
     """On one node the rendezvous is at the command's own --host (or --dist-init-addr); when its workers
     cannot reach that address, it is not one of this machine's (copied from another host, or a stale IP)."""
     assert m is not None
-    host = (m.group(1) or m.group(3) or "").strip("[]")
+    host = (m.group(1) or m.group(3) or m.group(5) or "").strip("[]")
     if ctx.view.nnodes > 1 or not host:
         return None
     flag = next((f for f in ("--dist-init-addr", "--host") if _host_of(ctx.view.get(f)) == host), None)

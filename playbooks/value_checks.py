@@ -36,7 +36,28 @@ _LIST_FIELDS = ("architectures",)
 
 
 def check_values(view: CommandView) -> list[Finding]:
-    return _sampling_defaults(view) + _empty_budgets(view) + _override_shapes(view)
+    return _sampling_defaults(view) + _empty_budgets(view) + _override_shapes(view) + _node_rank(view)
+
+
+def _node_rank(view: CommandView) -> list[Finding]:
+    """Node ranks count from 0 to --nnodes - 1; a one-node launch is rank 0 (SGLang's rank 0 scheduler
+    otherwise waits for a node rank 0 that never starts, or dies)."""
+    rank = view.int("--node-rank")
+    if rank is None or rank < view.nnodes:
+        return []
+    edits = (RemoveFlag(flag="--node-rank"),) if view.nnodes <= 1 else ()
+    return [
+        Finding(
+            code="node-rank-out-of-range",
+            severity="error",
+            category="tp-config",
+            flag="--node-rank",
+            message=f"--node-rank {rank} with --nnodes {view.nnodes}: node ranks are 0 to {view.nnodes - 1}",
+            edits=edits,
+            why="a single node is node rank 0, SGLang's default" if edits else "",
+            confidence=0.8,
+        )
+    ]
 
 
 def _override_shapes(view: CommandView) -> list[Finding]:

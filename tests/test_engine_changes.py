@@ -183,3 +183,25 @@ def test_decisions_here_are_typed() -> None:
     lines = _lines("kv-canary-raise-serve-on-cpu.rc137.txt")
     assert isinstance(decide(_context(f"{SERVE} --port 32290 --kv-canary raise", lines)), Fix)
     assert isinstance(decide(_context(f"{SERVE} --port 32290", lines)), Stop)
+
+
+def test_a_rendezvous_name_no_resolver_knows_is_the_commands_own_address() -> None:
+    # corpus-real-engine-11 (blind): torch retries "network addresses of (sglang-head-0, 33313) cannot be
+    # retrieved" for ever on one node.
+    path = DATA / "corpus-real-engine-11" / "dist-init-addr-unresolvable-hostname-hangs.json"
+    contract = contract_for(path)
+    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
+    assert contract["playbook"] == "sglang.network.own-address-unreachable"
+    assert contract["edits"] == [{"op": "remove", "flag": "--dist-init-addr"}]
+
+
+def test_a_node_rank_beyond_the_nodes_is_named_before_launch() -> None:
+    from specdoctor.playbooks.value_checks import check_values
+    from specdoctor.playbooks.view import CommandView
+
+    _blind("corpus-real-engine-11", "node-rank-1-with-nnodes-1")
+    (found,) = check_values(CommandView(LaunchCommand.parse(f"{PY} --node-rank 1"), CAT))
+    assert found.code == "node-rank-out-of-range" and found.edits
+    (two,) = check_values(CommandView(LaunchCommand.parse(f"{PY} --nnodes 2 --node-rank 2"), CAT))
+    assert not two.edits  # which node this is, a person knows
+    assert check_values(CommandView(LaunchCommand.parse(f"{PY} --nnodes 2 --node-rank 1"), CAT)) == []

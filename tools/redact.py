@@ -191,13 +191,29 @@ _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie)(\s*:\s*)[^\r\n'\"]+")
 # `name = value`, `name: value`, `'name': 'value'`: only the name and separator are matched, so a value
 # that is not masked is scanned again (`headers: x-api-key: k` holds two).
 _NAME_SEP = re.compile(r"(?<![\w\-.])(['\"]?)([A-Za-z_][\w.\-]*)\1(\s*[=:]\s*)")
+_CALL = re.compile(r"[A-Za-z_][\w.]*\(")
 _VALUE = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"|([^\s,;'\"&)}\]]+)")
 # The separator may be `=`, blanks, or `', '` of an argv printed as a Python list.
 _FLAG_VALUE = re.compile(
     r"(?<![\w\-])(--[A-Za-z0-9][\w\-]*)(=|[ \t]+|['\"],[ \t]*(?=['\"]))('[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)"
 )
 # After `--api-key` in prose ("ambiguous option: --api-key could match ..."), not a value.
-_PROSE = {"could", "is", "must", "requires", "expected", "and", "or", "not", "with", "was", "has", "needs"}
+_PROSE = {
+    "could",
+    "is",
+    "must",
+    "requires",
+    "expected",
+    "and",
+    "or",
+    "not",
+    "with",
+    "was",
+    "has",
+    "needs",
+    "to",
+    "be",
+}
 _RUN = re.compile(r"(?<![A-Za-z0-9_+/\-.])[A-Za-z0-9_+/\-]{20,}={0,2}(?![A-Za-z0-9_+/=\-.])")
 _WORDY = re.compile(r"[A-Z]?[a-z]{3,}")
 
@@ -233,6 +249,8 @@ def _assignments(text: str) -> str:
             continue
         quoted = value.group(1) if value.group(1) is not None else value.group(2)
         raw = quoted if quoted is not None else value.group(3)
+        if quoted is None and _CALL.match(raw) and not _STRONG & set(_words(m.group(2))):
+            continue  # a call in code (`..._token = Histogram(`), under a name that is not a password's
         if not _hidden(m.group(2), raw, strict=True) or raw.lower() in _SCHEMES:
             continue
         quote = "'" if value.group(1) is not None else '"' if value.group(2) is not None else ""
