@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import category_of, named_exactly, named_in, squeeze
+from specdoctor.playbooks.naming import category_of, named_exactly, named_in, squeeze, words_of
 from specdoctor.playbooks.take_back import take_back
 from specdoctor.tools.command import Edit, Option, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
@@ -199,10 +199,27 @@ def _strongest(
         ("name in error", names, error),
         ("name in stack", names, stack),
     )
-    for how, candidates, text in checks:
+    for how, candidates, text in checks[:3]:
         if hit := next((h for c in candidates if (h := named_in(c, text) or _written(c, text))), ()):
             return _suspect(setting, how, hit, edits)
+    if hit := _split_naming(names[0], error, stack):
+        return _suspect(setting, "name in error", hit, edits)
+    how, candidates, text = checks[3]
+    if hit := next((h for c in candidates if (h := named_in(c, text) or _written(c, text))), ()):
+        return _suspect(setting, how, hit, edits)
     return None
+
+
+def _split_naming(name: str, error: str, stack: str) -> tuple[str, ...]:
+    """The error names the setting's subject and the code it failed in the rest (`--random-seed -1`:
+    "Seed must be between 0 and 2**32 - 1" raised in `numpy/random`): every word of a name of two or more,
+    the error holding at least one whole."""
+    words = words_of(name)
+    if len(words) < 2:
+        return ()
+    in_error = [w for w in words if re.search(rf"(?i)(?<![a-z0-9]){re.escape(w)}s?(?![a-z0-9])", error)]
+    in_stack = [w for w in words if w not in in_error and named_in(w, stack)]
+    return tuple(words) if in_error and len(in_error) + len(in_stack) == len(words) else ()
 
 
 def _written(name: str, text: str) -> tuple[str, ...]:
@@ -271,6 +288,8 @@ def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = fr
     found = prime_suspect(ctx, ignore)
     if found is None:
         return None
+    if corrected := _corrected_before_launch(ctx, found.setting):
+        return corrected
     undo = "; ".join(e.describe() for e in found.edits)
     said = ctx.root.error_line or ""
     if ctx.root.kind == "traceback-cut":
@@ -286,6 +305,29 @@ def revert_prime_suspect(ctx: Context, failure: str, ignore: frozenset[str] = fr
         ),
         # Taking back a capability (LoRA adapters, a quantization) changes what is served: a person's call.
         confidence=0.6 if found.weight >= 3 and is_tuning(found.setting) else 0.45,
+    )
+
+
+def _corrected_before_launch(ctx: Context, setting: str) -> Decision | None:
+    """The failure names a setting preflight knows how to correct (`--json-model-override-args` in Python's
+    syntax → its JSON spelling): the correction keeps the user's intent, taking it back does not."""
+    found = next(
+        (
+            f
+            for f in ctx.findings
+            if f.severity == "error" and f.edits and f.flag and ctx.view.canon(f.flag) == setting
+        ),
+        None,
+    )
+    if found is None:
+        return None
+    return fix(
+        ctx,
+        list(found.edits),
+        found.category,
+        f"the failure names {setting}, and the command has a fault there: {found.message}",
+        why=found.why,
+        confidence=min(0.7, found.confidence),
     )
 
 

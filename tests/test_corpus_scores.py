@@ -50,7 +50,7 @@ FLOORS = {
     # One case more where its chat template file is on the machine (/tmp/harvest-RH/cfg): the rule reads it.
     "corpus-real-engine-9": (7, 0),
     "corpus-real-engine-10": (11, 1),
-    "corpus-real-engine-11": (9, 0),
+    "corpus-real-engine-11": (10, 0),
 }
 
 

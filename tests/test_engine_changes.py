@@ -205,3 +205,17 @@ def test_a_node_rank_beyond_the_nodes_is_named_before_launch() -> None:
     (two,) = check_values(CommandView(LaunchCommand.parse(f"{PY} --nnodes 2 --node-rank 2"), CAT))
     assert not two.edits  # which node this is, a person knows
     assert check_values(CommandView(LaunchCommand.parse(f"{PY} --nnodes 2 --node-rank 1"), CAT)) == []
+
+
+def test_a_setting_named_across_the_error_and_its_code_is_a_suspect() -> None:
+    # corpus-real-engine-11 (blind): "Seed must be between 0 and 2**32 - 1" raised in numpy/random for
+    # --random-seed -1: the error names its subject, the code the rest.
+    contract = _blind("corpus-real-engine-11", "random-seed-minus-one")
+    assert contract["edits"] == [{"op": "remove", "flag": "--random-seed"}]
+
+
+def test_a_named_setting_preflight_can_correct_is_corrected_not_taken_back() -> None:
+    contract = _blind("corpus-real-engine", "json-model-override-args-single-quotes")
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"max_position_embeddings": 8192}']}
+    ]
