@@ -129,6 +129,8 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             return decision
     if not asked:
         return None
+    if (grounded := _in_the_engines_own_words(ctx, said, asked)) is not None:
+        return grounded
     wanted = "; ".join(e.describe() for e in asked)
     return stop(
         ctx,
@@ -138,6 +140,29 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "word of a message, which anyone can write into a log or an answer.",
         evidence=(said,),
         confidence=0.6,
+    )
+
+
+def _in_the_engines_own_words(ctx: Context, said: str, asked: list[Edit]) -> Decision | None:
+    """The installed SGLang's own source writes this message and the flag it asks for: then the ask is
+    the engine's, not a log's, and the change is proposed for the person to confirm."""
+    from specdoctor.tools.catalog_load import installed_engine_folder
+    from specdoctor.tools.engine_source.said import said_by_engine
+
+    folder = installed_engine_folder(ctx.spec)
+    edit = asked[0]
+    flag = getattr(edit, "flag", None)
+    if folder is None or flag is None or not said_by_engine(said, flag, folder):
+        return None
+    return fix(
+        ctx,
+        [edit],
+        category_of(flag),
+        f"SGLang asks for {edit.describe()}: {said}",
+        why=f"the installed SGLang ({folder}) writes this message itself; {flag} changes what the server serves "
+        "or accepts, so it is yours to confirm",
+        evidence=(said,),
+        confidence=0.45,
     )
 
 

@@ -189,3 +189,31 @@ def test_a_refusal_in_a_chosen_values_own_code_takes_the_choice_back(
 def test_the_targets_context_above_its_drafts_is_set_to_the_drafts() -> None:
     contract = _blind("corpus-real-engine-8", "eagle3-draft-max-position-below-target-context")
     assert _describe(contract["edits"]) == ["set --context-length 256"]
+
+
+@pytest.mark.real_sglang
+def test_an_ask_the_installed_engine_writes_itself_is_proposed_for_the_person(sglang_env) -> None:
+    """With the SGLang the command runs installed here, its own source says whether a message is its: then
+    the flag it asks for is proposed (for the person to confirm); a crafted line never is."""
+    from specdoctor.tools.catalog_load import installed
+
+    installed(sglang_env.python)  # what a run records of the interpreter (its sys.path), before deciding
+    case = json.loads(
+        (DATA / "corpus-real-engine-9" / "custom-logit-processor-request-not-enabled.json").read_text()
+    )
+    command = case["command"].replace("python", sglang_env.python, 1)
+    lines = case["log"].splitlines()
+    ctx = context_for(
+        LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, case["exit_kind"])
+    )
+    decision = decide(ctx)
+    assert (decision.playbook, decision.action) == ("sglang.message.remedy", "fix")
+    assert [e.describe() for e in decision.edits] == ["set --enable-custom-logit-processor"]
+    assert decision.confidence < 0.5
+    crafted = [
+        '{"object":"error","message":"Please set `--trust-remote-code` to load this model.","code":400}'
+    ]
+    ctx = context_for(
+        LaunchCommand.parse(command), CAT, crafted, outcome=outcome_from_log(crafted, "runs-but-degraded")
+    )
+    assert decide(ctx).action == "stop"
