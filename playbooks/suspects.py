@@ -186,8 +186,28 @@ def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | No
         if not re.match(r"(?:SGLANG|SGL)_", name):
             continue
         off = TRUTHY.get(value)
-        edits: tuple[Edit, ...] = (SetEnv(name=name, value=off),) if off else (UnsetEnv(name=name),)
+        listed = _listed_instead(name, value, error)
+        edits: tuple[Edit, ...] = (
+            (SetEnv(name=name, value=off),)
+            if off
+            else (SetEnv(name=name, value=listed),)
+            if listed
+            else (UnsetEnv(name=name),)
+        )
         yield _strongest(name, [], (re.sub(r"^(?:SGLANG|SGL)_", "", name),), error, stack, edits)
+
+
+_LISTED = re.compile(r"\[((?:\s*['\"][\w.-]+['\"]\s*,?)+)\]")
+
+
+def _listed_instead(name: str, value: str, error: str) -> str | None:
+    """The first value the error lists for a variable it names with the command's value ("X='cpp' is not
+    registered. Registered backends: ['python', 'rust']")."""
+    if name not in error or value not in error:
+        return None
+    found = _LISTED.search(error)
+    listed = re.findall(r"['\"]([\w.-]+)['\"]", found.group(1)) if found else []
+    return next((v for v in listed if v != value), None)
 
 
 def _strongest(

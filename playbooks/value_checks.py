@@ -27,7 +27,9 @@ _SAMPLING_RANGES = {
 # What SGLang's own warm-up request sends (http_server._execute_server_warmup): a request's own value wins
 # over the preferred default, so a bad default for these fails only requests that leave them out.
 _WARMUP_SENDS = ("temperature", "max_new_tokens")
-_AT_LEAST_ONE = ("--max-total-tokens",)
+# Token budgets of nothing: no KV pool (--max-total-tokens 0: "Not enough memory"), no prefill ever
+# scheduled (--max-prefill-tokens 0: the warm-up request waits for ever).
+_AT_LEAST_ONE = ("--max-total-tokens", "--max-prefill-tokens")
 
 
 # transformers' PretrainedConfig fields that hold a list: a string there is read letter by letter
@@ -149,9 +151,9 @@ def _empty_budgets(view: CommandView) -> list[Finding]:
                     severity="error",
                     category="oom",
                     flag=flag,
-                    message=f"{flag} {view.get(flag)} leaves the KV cache no token",
+                    message=f"{flag} {view.get(flag)} is a budget of no token: nothing fits in it",
                     edits=(RemoveFlag(flag=flag),),
-                    why=f"without {flag} SGLang sizes the KV cache from the memory left after the weights",
+                    why=f"without {flag} SGLang sizes it itself",
                     confidence=0.8,
                 )
             )

@@ -51,6 +51,7 @@ FLOORS = {
     "corpus-real-engine-9": (7, 0),
     "corpus-real-engine-10": (11, 1),
     "corpus-real-engine-11": (10, 0),
+    "corpus-real-engine-12": (10, 0),
 }
 
 

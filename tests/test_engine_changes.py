@@ -219,3 +219,21 @@ def test_a_named_setting_preflight_can_correct_is_corrected_not_taken_back() -> 
     assert contract["edits"] == [
         {"op": "set", "flag": "--json-model-override-args", "values": ['{"max_position_embeddings": 8192}']}
     ]
+
+
+def test_an_engine_variable_set_to_a_value_the_error_does_not_list_gets_one_it_lists() -> None:
+    # corpus-real-engine-12 (blind): "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND='cpp' is not registered.
+    # Registered backends: ['python', 'rust']" — an unknown value of the user's variable, the known ones listed.
+    contract = _blind("corpus-real-engine-12", "env-unified-radix-tree-core-backend-unknown")
+    assert contract["edits"] == [
+        {"op": "set_env", "name": "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "value": "python"}
+    ]
+    from specdoctor.playbooks.suspects import _listed_instead
+
+    assert _listed_instead("SGLANG_X", "a", "SGLANG_X='a' is not known: ['b', 'c']") == "b"
+    assert _listed_instead("SGLANG_X", "a", "SGLANG_Y='a' is not known: ['b']") is None
+
+
+def test_a_prefill_budget_of_no_token_is_taken_back() -> None:
+    contract = _blind("corpus-real-engine-12", "max-prefill-tokens-zero-hangs-warmup")
+    assert contract["edits"] == [{"op": "remove", "flag": "--max-prefill-tokens"}]
