@@ -46,13 +46,14 @@ def _accepted_as(catalog: FlagCatalog, written: str) -> str | None:
 
 
 def flag_value(spec: LaunchCommand, flag: str, catalog: FlagCatalog) -> tuple[bool, str | None]:
-    """(present, last value) of a canonical flag in a command."""
+    """(present, value) of a canonical flag in a command: its last occurrence, a list flag's values joined by
+    spaces as the command line writes them (`--lora-target-modules q_proj v_proj` is "q_proj v_proj")."""
     want = catalog.canonical(flag)
     found = [o for o in spec.options() if _accepted_as(catalog, o.name) == want]
     if not found:
         return False, None
     values = found[-1].values
-    return True, values[-1] if values else None
+    return True, " ".join(values) if values else None
 
 
 def satisfies(

@@ -346,6 +346,24 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     listed = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
     evidence = (f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",)
     message = f"{opt.name} {value} is not one of SGLang's choices ({listed})"
+    pieces = [p.strip() for p in value.split(",")]
+    if flag.nargs in ("+", "*") and len(pieces) > 1 and all(p in choices for p in pieces):
+        # A list flag takes its values space-separated; `q_proj,v_proj` is one value argparse does not know.
+        values = tuple(
+            v for w in opt.values for v in ([x.strip() for x in w.split(",")] if w == value else [w])
+        )
+        return [
+            Finding(
+                code="invalid-choice",
+                severity="error",
+                category="invalid-choice",
+                flag=opt.name,
+                message=f"{message}: {opt.name} takes its values separated by spaces, not commas",
+                evidence=evidence,
+                edits=(SetFlag(flag=opt.name, values=values),),
+                why=f"the same choices as separate values: {' '.join(values)}",
+            )
+        ]
     if target is None:
         return [
             Finding(

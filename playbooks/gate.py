@@ -295,6 +295,7 @@ def _values_problem(
 
 def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: FlagCatalog) -> str | None:
     written = {t for o in command.options() for t in o.values} | set(command.positionals())
+    written |= {piece.strip() for t in written if "," in t for piece in t.split(",")}  # `a,b` given as a list
     written |= _written_in_its_config(command, catalog)
     choices = flag.choices or _borrowed_choices(flag, catalog)
     if choices:

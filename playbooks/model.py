@@ -42,6 +42,18 @@ def missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "checkpoints keep it",
             confidence=0.6,
         )
+    adapters = ctx.view.spec.values("--lora-paths", ctx.catalog.canonical) or ()
+    if any(_quoted(a.split("=", 1)[-1], ctx.root_text) for a in adapters):
+        # The path is an adapter's (`name=path`), not the model's: the server runs without it.
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--lora-paths")],
+            "model-path",
+            "a LoRA adapter path of --lora-paths is neither a folder nor a Hub repo",
+            why="without --lora-paths the server starts with no adapter loaded (adapters can be loaded later "
+            "through /load_lora_adapter); or point it at the adapter's folder",
+            confidence=0.6,
+        )
     return stop(
         ctx,
         "model-path",
@@ -232,6 +244,18 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     # SGLang caps a request at min(context length, KV pool size) less a few reserved tokens: a cap well under
     # the --context-length the user set can only come from the pool.
     pool = re.search(r"max_total_num_tokens=(\d+)", ctx.search_text)
+    pool_cap = ctx.view.int("--max-total-tokens")
+    if pool_cap is not None and allowed <= pool_cap and (asked is None or pool_cap < asked):
+        # The command capped the KV pool below what a request needs: the cap is the limit.
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--max-total-tokens")],
+            "context-length",
+            f"requests are longer than the {allowed} tokens the KV pool the command capped at "
+            f"--max-total-tokens {pool_cap} can hold",
+            why="a request must fit in the KV cache; without the cap SGLang sizes the pool from the memory left",
+            confidence=0.6,
+        )
     # A completion budget is what the prompt leaves of the context: it says nothing of the pool.
     if asked and allowed < asked - _RESERVED_TOKENS and m.group(1):
         held = f" (the pool: max_total_num_tokens={pool.group(1)})" if pool else ""

@@ -52,6 +52,7 @@ FLOORS = {
     "corpus-real-engine-10": (11, 1),
     "corpus-real-engine-11": (10, 0),
     "corpus-real-engine-12": (10, 0),
+    "corpus-real-engine-13": (10, 0),
 }
 
 
