@@ -241,49 +241,66 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             confidence=0.8,
         )
     asked = ctx.view.int("--context-length")
-    # SGLang caps a request at min(context length, KV pool size) less a few reserved tokens: a cap well under
-    # the --context-length the user set can only come from the pool.
-    pool = re.search(r"max_total_num_tokens=(\d+)", ctx.search_text)
+    return (
+        _the_commands_pool_cap(ctx, allowed, asked)
+        # A completion budget is what the prompt leaves of the context: it says nothing of the pool.
+        or (_pool_came_out_small(ctx, allowed, asked) if m.group(1) else None)
+        or _the_commands_context_cap(ctx, allowed, asked)
+        or stop(
+            ctx,
+            "context-length",
+            f"requests are longer than the {allowed} tokens this server accepts",
+            "Shorten the prompts, or use a model (or RoPE scaling) with a longer context.",
+        )
+    )
+
+
+def _the_commands_pool_cap(ctx: Context, allowed: int, asked: int | None) -> Decision | None:
+    """The command capped the KV pool below what a request needs: the cap is the limit."""
     pool_cap = ctx.view.int("--max-total-tokens")
-    if pool_cap is not None and allowed <= pool_cap and (asked is None or pool_cap < asked):
-        # The command capped the KV pool below what a request needs: the cap is the limit.
-        return fix(
-            ctx,
-            [RemoveFlag(flag="--max-total-tokens")],
-            "context-length",
-            f"requests are longer than the {allowed} tokens the KV pool the command capped at "
-            f"--max-total-tokens {pool_cap} can hold",
-            why="a request must fit in the KV cache; without the cap SGLang sizes the pool from the memory left",
-            confidence=0.6,
-        )
-    # A completion budget is what the prompt leaves of the context: it says nothing of the pool.
-    if asked and allowed < asked - _RESERVED_TOKENS and m.group(1):
-        held = f" (the pool: max_total_num_tokens={pool.group(1)})" if pool else ""
-        return stop(
-            ctx,
-            "oom",
-            f"the KV cache holds only {allowed} tokens although --context-length is {asked}{held}: the pool came "
-            "out too small for the context asked",
-            "Give the KV cache more memory (a higher --mem-fraction-static if the GPU has room, more GPUs), "
-            "or find out what held memory when SGLang measured it.",
-            confidence=0.6,
-        )
-    if asked is not None and allowed <= asked and _model_allows_more(ctx, asked):
-        # The cap is the command's own --context-length: without it the model's own length applies.
-        return fix(
-            ctx,
-            [RemoveFlag(flag="--context-length")],
-            "context-length",
-            f"requests are longer than the {allowed} tokens --context-length {asked} allows",
-            why="the server turns away what does not fit the context the command set; without --context-length "
-            "SGLang uses the model's own (max_position_embeddings)",
-            confidence=0.6 if ctx.model and ctx.model.max_position_embeddings else 0.45,
-        )
+    if pool_cap is None or allowed > pool_cap or (asked is not None and pool_cap >= asked):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--max-total-tokens")],
+        "context-length",
+        f"requests are longer than the {allowed} tokens the KV pool the command capped at --max-total-tokens "
+        f"{pool_cap} can hold",
+        why="a request must fit in the KV cache; without the cap SGLang sizes the pool from the memory left",
+        confidence=0.6,
+    )
+
+
+def _pool_came_out_small(ctx: Context, allowed: int, asked: int | None) -> Decision | None:
+    """SGLang caps a request at min(context length, KV pool size) less a few reserved tokens: a cap well
+    under the --context-length the user set can only come from the pool."""
+    if not asked or allowed >= asked - _RESERVED_TOKENS:
+        return None
+    pool = re.search(r"max_total_num_tokens=(\d+)", ctx.search_text)
+    held = f" (the pool: max_total_num_tokens={pool.group(1)})" if pool else ""
     return stop(
         ctx,
+        "oom",
+        f"the KV cache holds only {allowed} tokens although --context-length is {asked}{held}: the pool came "
+        "out too small for the context asked",
+        "Give the KV cache more memory (a higher --mem-fraction-static if the GPU has room, more GPUs), "
+        "or find out what held memory when SGLang measured it.",
+        confidence=0.6,
+    )
+
+
+def _the_commands_context_cap(ctx: Context, allowed: int, asked: int | None) -> Decision | None:
+    """The cap is the command's own --context-length: without it the model's own length applies."""
+    if asked is None or allowed > asked or not _model_allows_more(ctx, asked):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--context-length")],
         "context-length",
-        f"requests are longer than the {allowed} tokens this server accepts",
-        "Shorten the prompts, or use a model (or RoPE scaling) with a longer context.",
+        f"requests are longer than the {allowed} tokens --context-length {asked} allows",
+        why="the server turns away what does not fit the context the command set; without --context-length "
+        "SGLang uses the model's own (max_position_embeddings)",
+        confidence=0.6 if ctx.model and ctx.model.max_position_embeddings else 0.45,
     )
 
 
