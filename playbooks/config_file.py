@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
@@ -40,12 +41,24 @@ def read_config(path: str) -> dict[str, object] | str:
     return data if isinstance(data, dict) else f"{path} holds no mapping of settings"
 
 
-def config_values(path: str) -> set[str]:
-    """Every value the file writes, as the command line would carry it (none when it cannot be read)."""
+def config_values(path: str) -> frozenset[str]:
+    """Every value the file writes, as the command line would carry it (none when it cannot be read). The
+    gate asks once per value it checks: the file is read again only when it changed."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return frozenset()
+    return _values_of(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=16)
+def _values_of(path: str, mtime_ns: int, size: int) -> frozenset[str]:
     settings = read_config(path)
     if isinstance(settings, str):
-        return set()
-    return {_text(v) for value in settings.values() for v in (value if isinstance(value, list) else [value])}
+        return frozenset()
+    return frozenset(
+        _text(v) for value in settings.values() for v in (value if isinstance(value, list) else [value])
+    )
 
 
 def as_flags(

@@ -13,12 +13,12 @@ client's): the server is up, but no chat or generate request it was launched for
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.value_checks import preferred_sampling
 from specdoctor.tools.command import RemoveFlag, SetFlag
 
 _WHEN = ("exited", "unhealthy", "degraded")
@@ -88,7 +88,7 @@ def sampling_default_rejected(ctx: Context, m: re.Match[str] | None) -> Decision
     """A sampling parameter out of SGLang's range that came from the server's defaults, not the request."""
     assert m is not None
     name, value = m.group("name"), m.group("value").rstrip(".")
-    if name in _preferred(ctx):
+    if name in preferred_sampling(ctx.view):
         return fix(
             ctx,
             [RemoveFlag(flag="--preferred-sampling-params")],
@@ -148,14 +148,6 @@ def chat_template_broken(ctx: Context, m: re.Match[str] | None) -> Decision | No
         evidence=(m.group(0),) if m else (),
         confidence=0.4,
     )
-
-
-def _preferred(ctx: Context) -> dict[str, object]:
-    try:
-        params = json.loads(ctx.view.get("--preferred-sampling-params") or "{}")
-    except ValueError:
-        return {}
-    return params if isinstance(params, dict) else {}
 
 
 @playbook(id="sglang.request.chat-template-refuses", category="other", when=_WHEN, priority=29)

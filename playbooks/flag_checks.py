@@ -342,51 +342,32 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     choices = flag.choices or ()
     if value in choices:
         return []
-    target = _closest_choice(flag.name, value, choices)
     listed = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
-    evidence = (f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",)
     message = f"{opt.name} {value} is not one of SGLang's choices ({listed})"
     pieces = [p.strip() for p in value.split(",")]
+    target = _closest_choice(flag.name, value, choices)
     if flag.nargs in ("+", "*") and len(pieces) > 1 and all(p in choices for p in pieces):
         # A list flag takes its values space-separated; `q_proj,v_proj` is one value argparse does not know.
-        values = tuple(
-            v for w in opt.values for v in ([x.strip() for x in w.split(",")] if w == value else [w])
-        )
-        return [
-            Finding(
-                code="invalid-choice",
-                severity="error",
-                category="invalid-choice",
-                flag=opt.name,
-                message=f"{message}: {opt.name} takes its values separated by spaces, not commas",
-                evidence=evidence,
-                edits=(SetFlag(flag=opt.name, values=values),),
-                why=f"the same choices as separate values: {' '.join(values)}",
-            )
-        ]
-    if target is None:
-        return [
-            Finding(
-                code="invalid-choice",
-                severity="error",
-                category="invalid-choice",
-                flag=opt.name,
-                message=message,
-                evidence=evidence,
-                confidence=0.0,
-            )
-        ]
-    values = tuple(target if v == value else v for v in opt.values)
+        values = tuple(v for w in opt.values for v in (pieces if w == value else [w]))
+        message += f": {opt.name} takes its values separated by spaces, not commas"
+        why = f"the same choices as separate values: {' '.join(values)}"
+    elif target is not None:
+        values = tuple(target if v == value else v for v in opt.values)
+        message += f"; the closest is {target}"
+        why = f"{target} is the choice SGLang spells for `{value}`"
+    else:
+        values, why = (), ""
     return [
         Finding(
             code="invalid-choice",
             severity="error",
             category="invalid-choice",
             flag=opt.name,
-            message=f"{message}; the closest is {target}",
-            evidence=evidence,
-            edits=(SetFlag(flag=opt.name, values=values),),
-            why=f"{target} is the choice SGLang spells for `{value}`",
+            message=message,
+            evidence=(f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",),
+            edits=(SetFlag(flag=opt.name, values=values),) if values else (),
+            why=why,
+            confidence=0.95 if values else 0.0,
         )
     ]
 

@@ -294,12 +294,10 @@ def _values_problem(
 
 
 def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: FlagCatalog) -> str | None:
-    written = {t for o in command.options() for t in o.values} | set(command.positionals())
-    written |= {piece.strip() for t in written if "," in t for piece in t.split(",")}  # `a,b` given as a list
-    written |= _written_in_its_config(command, catalog)
     choices = flag.choices or _borrowed_choices(flag, catalog)
     if choices:
         return None if value in choices else f"{value!r} is not one of {flag.name}'s choices"
+    written = _written(command, catalog)
     if flag.name == "--speculative-algorithm":
         known = builtin_algorithms(catalog)
         return None if value in known or value in written else f"{value!r} is not an algorithm SGLang has"
@@ -312,15 +310,18 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 
 
-def _written_in_its_config(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
-    """The values the command's own --config file gives SGLang: the user wrote them, and SGLang reads them
-    whether they stay in the file or move to the command line."""
+def _written(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
+    """Every value the user wrote: on the command line (`a,b` also as its pieces, a list given with commas)
+    and in the command's own --config file, which SGLang reads whether the values stay there or move to the
+    command line."""
+    written = {t for o in command.options() for t in o.values} | set(command.positionals())
+    written |= {piece.strip() for t in written if "," in t for piece in t.split(",")}
     path = CommandView(command, catalog).get("--config")
-    if not path:
-        return set()
-    from specdoctor.playbooks.config_file import config_values
+    if path:
+        from specdoctor.playbooks.config_file import config_values
 
-    return config_values(path)
+        written |= config_values(path)
+    return written
 
 
 def _respelled(value: str, written: set[str]) -> bool:

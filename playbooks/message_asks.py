@@ -105,15 +105,17 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     said = ctx.root.error_line or ""
     if ctx.root.kind not in ("exception", "message") or not said:
         return None
-    edits = [r.edit for r in remedies(said, ctx.catalog) if r.edit is not None]
+    valid = [
+        (edit, _tuning(ctx, edit))
+        for r in remedies(said, ctx.catalog)
+        if (edit := r.edit) is not None
+        and ctx.spec.apply_all([edit], ctx.catalog.canonical) != ctx.spec
+        and not invalid_edits(ctx.spec, [edit], ctx.catalog)
+    ]
     # What keeps the deployment as asked goes first ("--x requires --is-embedding": take --x back).
     asked: list[Edit] = []
-    for edit in sorted(edits, key=lambda e: not _tuning(ctx, e)):
-        if ctx.spec.apply_all([edit], ctx.catalog.canonical) == ctx.spec:
-            continue
-        if invalid_edits(ctx.spec, [edit], ctx.catalog):
-            continue
-        if not (_tuning(ctx, edit) or _takes_back(ctx, edit)):
+    for edit, tuning in sorted(valid, key=lambda pair: not pair[1]):
+        if not (tuning or _takes_back(ctx, edit)):
             asked.append(edit)
             continue
         decision = fix(
@@ -123,7 +125,7 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             f"SGLang's message says what to do: {said}",
             why=f"the engine names the change ({edit.describe()}) in the message of the failure",
             evidence=(said,),
-            confidence=0.6 if _tuning(ctx, edit) else 0.45,
+            confidence=0.6 if tuning else 0.45,
         )
         if decision is not None:
             return decision

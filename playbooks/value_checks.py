@@ -111,13 +111,18 @@ def _inside(value: float, low: float, high: float, low_open: bool, high_open: bo
     return above and below
 
 
-def _sampling_defaults(view: CommandView) -> list[Finding]:
-    raw = view.get("--preferred-sampling-params")
+def preferred_sampling(view: CommandView) -> dict[str, object]:
+    """The server's default sampling parameters the command gives (empty when none, or not a JSON object:
+    the flag checks name that)."""
     try:
-        params = json.loads(raw) if raw else None
+        params = json.loads(view.get("--preferred-sampling-params") or "{}")
     except ValueError:
-        return []  # not JSON at all: the flag checks name that
-    if not isinstance(params, dict) or not (bad := out_of_range(params)):
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def _sampling_defaults(view: CommandView) -> list[Finding]:
+    if not (bad := out_of_range(preferred_sampling(view))):
         return []
     warmup_fails = any(key not in _WARMUP_SENDS for key in bad)
     return [

@@ -11,30 +11,24 @@ from pathlib import Path
 import pytest
 
 from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
-from specdoctor.agent.evaluate import score_case
 from specdoctor.playbooks.json_values import as_json, loose_literal
 from specdoctor.playbooks.value_checks import check_values
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.log_cause import extract_root_cause, server_answer
+from tests.recorded import PY, blind, decided, recorded_lines
 from tests.test_corpus_scores import CAT, contract_for
 
 DATA = Path(__file__).parent / "data"
-PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
 
 
 def _blind(folder: str, name: str) -> dict:
-    path = DATA / folder / f"{name}.json"
-    contract = contract_for(path)
-    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
-    return contract
+    return blind(folder, name)
 
 
 def _recorded(name: str, command: str, kind: str) -> dict:
-    lines = (DATA / "sglang-outputs" / name).read_text().split("---- stdout+stderr ----", 1)[1].splitlines()
-    ctx = context_for(LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, kind))
-    decision = decide(ctx)
-    return {"playbook": decision.playbook, "edits": [e.describe() for e in getattr(decision, "edits", ())]}
+    found = decided(command, recorded_lines(name), kind)
+    return {"playbook": found["playbook"], "edits": [_describe([e])[0] for e in found["edits"]]}
 
 
 def test_the_answer_a_request_got_is_the_root_cause_when_the_log_has_none() -> None:

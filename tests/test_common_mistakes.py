@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specdoctor.agent.evaluate import flag_value, score_case
+from specdoctor.agent.evaluate import flag_value
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.tools.command import LaunchCommand, SetFlag
+from tests.recorded import blind
 from tests.test_corpus_scores import CAT, contract_for
 
 DATA = Path(__file__).parent / "data" / "corpus-real-engine-13"
@@ -19,9 +20,7 @@ PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cp
 
 
 def _blind(name: str) -> dict:
-    contract = contract_for(DATA / f"{name}.json")
-    assert score_case(json.loads((DATA / f"{name}.json").read_text()), contract, CAT).solved, contract
-    return contract
+    return blind("corpus-real-engine-13", name)
 
 
 @pytest.mark.parametrize(

@@ -11,45 +11,32 @@ second real launch recorded here (tests/data/sglang-outputs), with the near miss
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
+from specdoctor.agent.diagnose import decide
 from specdoctor.agent.evaluate import score_case
 from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Fix, Stop
 from specdoctor.tools.command import LaunchCommand
+from tests.recorded import DATA, PY, SERVE, blind, context, decided, recorded_lines
 from tests.test_corpus_scores import CAT, contract_for
-
-DATA = Path(__file__).parent / "data"
-PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
-SERVE = "sglang serve --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
 
 
 def _lines(name: str) -> list[str]:
-    return (DATA / "sglang-outputs" / name).read_text().split("---- stdout+stderr ----", 1)[1].splitlines()
+    return recorded_lines(name)
 
 
 def _context(command: str, lines: list[str], kind: str = "startup-crash"):
-    return context_for(LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, kind))
+    return context(command, lines, kind)
 
 
 def _decided(command: str, lines: list[str], kind: str = "startup-crash") -> dict:
-    decision = decide(_context(command, lines, kind))
-    return {
-        "playbook": decision.playbook,
-        "action": decision.action,
-        "edits": [e.model_dump(mode="json") for e in getattr(decision, "edits", ())],
-        "confidence": decision.confidence,
-    }
+    return decided(command, lines, kind)
 
 
 def _blind(folder: str, name: str) -> dict:
-    case = json.loads((DATA / folder / f"{name}.json").read_text())
-    contract = contract_for(DATA / folder / f"{name}.json")
-    assert score_case(case, contract, CAT).solved, contract
-    return contract
+    return blind(folder, name)
 
 
 # A feature crashing in its own module --------------------------------------------------------------------

@@ -4,40 +4,21 @@ corpus-real-engine-7 (2/12 on arrival): each rule on its blind case and on a sec
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
-from specdoctor.agent.evaluate import score_case
 from specdoctor.playbooks.value_checks import check_values, out_of_range
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
-from tests.test_corpus_scores import CAT, contract_for
-
-DATA = Path(__file__).parent / "data"
-PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
-SERVE = "sglang serve --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
+from tests.recorded import PY, SERVE, blind, decided, recorded_lines
+from tests.test_corpus_scores import CAT
 
 
 def _decided(command: str, name: str, kind: str = "startup-crash") -> dict:
-    lines = (DATA / "sglang-outputs" / name).read_text().split("---- stdout+stderr ----", 1)[1].splitlines()
-    ctx = context_for(LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, kind))
-    decision = decide(ctx)
-    return {
-        "playbook": decision.playbook,
-        "action": decision.action,
-        "edits": [e.model_dump(mode="json") for e in getattr(decision, "edits", ())],
-        "confidence": decision.confidence,
-    }
+    return decided(command, recorded_lines(name), kind)
 
 
 def _blind(name: str) -> dict:
-    path = DATA / "corpus-real-engine-7" / f"{name}.json"
-    contract = contract_for(path)
-    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
-    return contract
+    return blind("corpus-real-engine-7", name)
 
 
 CASES = [

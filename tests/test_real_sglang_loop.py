@@ -69,6 +69,12 @@ def read_until(proc: subprocess.Popen, needle: str, timeout: float) -> str:
     raise AssertionError(f"{needle!r} not seen:\n{''.join(seen)}")
 
 
+def tiny_llama_on_cpu(sglang_env, port: int, *extra: str) -> list[str]:
+    """The real SGLang serving the tiny Llama on this CPU, on `port`, with `extra` flags."""
+    model = ["--model-path", sglang_env.tiny_llama, "--device", "cpu", "--max-total-tokens", "4096"]
+    return [*sglang_env.launch_server(), *model, "--port", str(port), *extra]
+
+
 def transcript(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
 
@@ -101,17 +107,7 @@ def test_wrong_flag_and_underscore_fixed_before_launch_then_healthy(sglang_env, 
 
 def test_port_taken_after_preflight_is_recognised_from_errno_98_and_relaunched(sglang_env, tmp_path):
     port = find_free_port(35000)
-    command = [
-        *sglang_env.launch_server(),
-        "--model-path",
-        sglang_env.tiny_llama,
-        "--device",
-        "cpu",
-        "--max-total-tokens",
-        "4096",
-        "--port",
-        str(port),
-    ]
+    command = tiny_llama_on_cpu(sglang_env, port)
     # Supervising (stays in the foreground once healthy); moving --port is allowed for this run (deploy
     # pins it unless --no-pin).
     proc = deploy(["--no-pin", "--allow", "port"], command, tmp_path)
@@ -172,19 +168,7 @@ def test_a_chat_template_that_does_not_compile_is_found_by_a_chat_request_and_ta
     template = tmp_path / "broken.jinja"
     template.write_text("{% for message in messages %}{{ message.content }}\n")
     port = find_free_port(36000)
-    command = [
-        *sglang_env.launch_server(),
-        "--model-path",
-        sglang_env.tiny_llama,
-        "--device",
-        "cpu",
-        "--max-total-tokens",
-        "4096",
-        "--port",
-        str(port),
-        "--chat-template",
-        str(template),
-    ]
+    command = tiny_llama_on_cpu(sglang_env, port, "--chat-template", str(template))
     proc = deploy(["--once", "--allow", "chat-template"], command, tmp_path / "run")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out

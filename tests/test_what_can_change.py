@@ -4,48 +4,28 @@ flag's. Each on its blind case and on a second real launch of SGLang 0.5.23 reco
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
-from specdoctor.agent.evaluate import score_case
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.tools.command import LaunchCommand, SetFlag
 from specdoctor.tools.engine_source.model import Constraint
 from specdoctor.tools.engine_source.suspects import _meets
-from tests.test_corpus_scores import CAT, contract_for
+from tests.recorded import PY, SERVE, blind, decided, recorded_lines
+from tests.test_corpus_scores import CAT
 
-DATA = Path(__file__).parent / "data"
-PY = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
-SERVE = "sglang serve --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
 SPEC = "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"
 
 
 def _lines(name: str) -> list[str]:
-    return (DATA / "sglang-outputs" / name).read_text().split("---- stdout+stderr ----", 1)[1].splitlines()
+    return recorded_lines(name)
 
 
 def _decided(command: str, name: str) -> dict:
-    lines = _lines(name)
-    ctx = context_for(
-        LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, "startup-crash")
-    )
-    decision = decide(ctx)
-    return {
-        "playbook": decision.playbook,
-        "action": decision.action,
-        "edits": [e.model_dump(mode="json") for e in getattr(decision, "edits", ())],
-        "confidence": decision.confidence,
-    }
+    return decided(command, recorded_lines(name))
 
 
 def _blind(name: str) -> dict:
-    path = DATA / "corpus-real-engine-6" / f"{name}.json"
-    contract = contract_for(path)
-    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
-    return contract
+    return blind("corpus-real-engine-6", name)
 
 
 def _removed(*flags: str) -> list[dict]:
