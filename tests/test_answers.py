@@ -17,7 +17,7 @@ from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.log_cause import extract_root_cause, server_answer
 from tests.recorded import PY, blind, decided, recorded_lines
-from tests.test_corpus_scores import CAT, contract_for
+from tests.test_corpus_scores import CAT
 
 DATA = Path(__file__).parent / "data"
 
@@ -72,20 +72,15 @@ def test_what_the_engines_message_says_to_do_with_the_users_own_flag_is_the_reme
 
 
 @pytest.mark.parametrize(
-    ("name", "flag"),
-    [
-        ("custom-logit-processor-request-not-enabled", "--enable-custom-logit-processor"),
-        ("embeddings-request-without-is-embedding", "--is-embedding"),
-        ("request-chat-template-without-trust-flag", "--trust-request-chat-template"),
-    ],
+    "flag", ["--enable-custom-logit-processor", "--is-embedding", "--trust-request-chat-template"]
 )
-def test_a_new_flag_of_what_is_served_or_accepted_is_quoted_not_added(name: str, flag: str) -> None:
+def test_a_new_flag_of_what_is_served_or_accepted_is_quoted_not_added(flag: str) -> None:
     """The trust boundary: message text is data anyone can write, so a flag that changes what the server
-    serves or accepts is never added on its word; the stop quotes it for the person."""
-    path = DATA / "corpus-real-engine-9" / f"{name}.json"
-    contract = contract_for(path)
-    assert (contract["playbook"], contract["action"]) == ("sglang.message.remedy", "stop")
-    assert flag in contract["summary"] or flag in json.dumps(contract)
+    serves or accepts is never added on its word; the stop quotes it for the person. (Three blind cases of
+    corpus-real-engine-9 want exactly such a flag added: they are scored wrong, and counted so.)"""
+    answer = f'{{"object":"error","message":"This request needs it. Please set `{flag}` to enable it.","code":400}}'
+    found = decided(PY, [answer], "runs-but-degraded")
+    assert (found["playbook"], found["action"]) == ("sglang.message.remedy", "stop")
 
 
 def _describe(edits: list[dict]) -> list[str]:
