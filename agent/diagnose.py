@@ -207,7 +207,7 @@ def gpus_from_case(text: str | None) -> GpuReport | None:
     if not text:
         return None
     report = parse_gpus_description(text)
-    return report if report.status == "ok" else None
+    return report if report.status in ("ok", "no_gpu") else None
 
 
 def default_planner(

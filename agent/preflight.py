@@ -170,7 +170,7 @@ def _check(
     view = CommandView(spec, catalog)
     model, draft = facts(view, host) if host else (None, None)
     found = flags + check_speculative(spec, catalog, model, draft) + check_container(view)
-    found += check_serving(view) + check_repo_ids(view) + check_device(view) + check_values(view)
+    found += check_serving(view) + check_repo_ids(view) + check_device(view, gpus) + check_values(view)
     if host:
         found += check_model(view, model)
         found += check_parallel(view, model, gpus)

@@ -12,10 +12,14 @@ default is used.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import RemoveFlag, SetFlag
+
+if TYPE_CHECKING:
+    from specdoctor.tools.gpu import GpuReport
 
 ATTENTION_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
 RUNS_ON: dict[str, frozenset[str]] = {
@@ -29,8 +33,64 @@ RUNS_ON: dict[str, frozenset[str]] = {
 _HOST_WITH_PORT = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>[\w.-]+)(?::(?P<port>\d{1,5}))?/?$")
 
 
-def check_device(view: CommandView) -> list[Finding]:
-    return [*backends_off_device(view), *host_with_port(view), *dist_init_addr_without_port(view)]
+_TORCH_DEVICE_TYPES = frozenset(
+    "cpu cuda ipu xpu mkldnn opengl opencl ideep hip ve fpga maia xla lazy vulkan mps meta hpu mtia "
+    "privateuseone npu musa".split()
+)
+"""What `torch.device()` takes (its own error lists them; npu and musa come as plugins): SGLang hands
+--device to torch as written."""
+_GPU_WORDS = frozenset({"gpu", "gpus", "nvidia", "amd", "rocm", "cuda"})
+"""How people name a GPU; torch calls NVIDIA and AMD GPUs alike `cuda`."""
+
+
+def check_device(view: CommandView, gpus: GpuReport | None = None) -> list[Finding]:
+    return [
+        *device_not_a_device(view, gpus),
+        *backends_off_device(view),
+        *host_with_port(view),
+        *dist_init_addr_without_port(view),
+    ]
+
+
+def device_not_a_device(view: CommandView, gpus: GpuReport | None) -> list[Finding]:
+    """--device is a free string SGLang passes to torch: a name torch has no device type for passes
+    argument checks and kills the scheduler when it first selects its device."""
+    device = view.get("--device")
+    if not device or device.split(":", 1)[0] in _TORCH_DEVICE_TYPES:
+        return []
+    listed = _listed_devices(view)
+    meant = _meant_device(device, gpus)
+    return [
+        Finding(
+            code="device-unknown",
+            severity="error",
+            category="other",
+            flag="--device",
+            message=f"--device {device} is not a device SGLang or torch knows"
+            + (f" (SGLang's --help lists {', '.join(listed)})" if listed else ""),
+            edits=(SetFlag(flag="--device", values=(meant[0],)),) if meant else (),
+            why=meant[1] if meant else "only a person knows which accelerator this host has",
+            confidence=meant[2] if meant else 0.0,
+        )
+    ]
+
+
+def _listed_devices(view: CommandView) -> tuple[str, ...]:
+    info = view.catalog.get("--device")
+    return info.listed_values if info else ()
+
+
+def _meant_device(device: str, gpus: GpuReport | None) -> tuple[str, str, float] | None:
+    """The device the host has, when the command's word means a GPU or the host has none."""
+    if gpus is not None and gpus.status == "no_gpu":
+        return "cpu", "this host has no GPU; SGLang runs on its CPU with --device cpu", 0.6
+    if device.lower() in _GPU_WORDS:
+        if gpus is not None and gpus.ok:
+            return "cuda", f"torch calls this host's GPUs ({gpus.summary()}) `cuda`", 0.7
+        return "cuda", "torch calls NVIDIA and AMD GPUs `cuda`", 0.45
+    if device.lower() in _TORCH_DEVICE_TYPES:
+        return device.lower(), "torch's device types are lower case", 0.7
+    return None
 
 
 def backends_off_device(view: CommandView) -> list[Finding]:

@@ -305,7 +305,7 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return _number_problem(flag, value)
     if value in written or _respelled(value, written) or _requoted(value, written):
         return None  # the user's own value, moved, kept or respelled
-    if value in facts_for(catalog.version).named_values(flag.name):
+    if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
         return None  # a name built into SGLang (a chat template it registers), not a person's text
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 

@@ -97,10 +97,11 @@ def _shown_as_word(word: str, text: str) -> bool:
 
 _CATEGORIES = (
     (r"speculative|eagle|draft|ngram|spec", "spec-config"),
+    # Before attention and MoE: --attn-cp-size and --moe-dp-size size groups of ranks, not kernels.
+    (r"(?:tp|pp|dp|ep|cp).size|parallel|nnodes", "tp-config"),
     (r"attention|attn|mla", "attention-backend"),
     (r"quantiz|fp8|fp4|awq|gptq|moe|deepgemm|gemm", "quantization"),
     (r"cuda.graph|graph_runner|torch.compile|piecewise", "cuda-graph"),
-    (r"tp.size|pp.size|dp.size|ep.size|parallel|nnodes", "tp-config"),
     (r"mem.fraction|max.total.tokens|chunked.prefill|memory", "oom"),
     (r"context.len", "context-length"),
 )

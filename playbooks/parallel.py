@@ -8,7 +8,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import largest_tp, visible_gpus
-from specdoctor.tools.command import SetEnv, SetFlag
+from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
 CUSTOM_ALLREDUCE = r"custom_all_reduce|CustomAllreduce|register_graph_buffers"
 """Frames and names of SGLang's custom all-reduce, which needs CUDA IPC between the GPUs."""
@@ -213,3 +213,50 @@ def amd_allreduce_fault(ctx: Context, m: re.Match[str] | None) -> Decision | Non
         evidence=(m.group(0),) if m else (),
         confidence=0.45,
     )
+
+
+# SGLang states a parallel layout it cannot build as the law and the numbers it read
+# (srt/runtime_context.py `_validate_parallel`): `tp_size == moe_ep_size * moe_dp_size * moe_tp_size`
+# then `  1 != 2 * 1 * 0 (= 0)`. The terms are its own names for the parallel sizes.
+_LAW = re.compile(
+    r"^\s*(?P<lhs>\w+) == (?P<rhs>\w+(?: \* \w+)+)\s*\n\s*(?P<have>\d+) != (?P<terms>\d+(?: \* \d+)+)", re.M
+)
+
+
+@playbook(
+    id="sglang.parallel.inconsistent-layout",
+    category="tp-config",
+    pattern=r"parallel topology is inconsistent",
+    priority=30,
+)
+def inconsistent_layout(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A parallel size the command set that the TP group cannot be split into: take it back."""
+    for law in _LAW.finditer(ctx.root_text):
+        values = dict(zip(law["rhs"].split(" * "), law["terms"].split(" * "), strict=False))
+        chosen = [(flag, v) for term, v in values.items() if (flag := _size_flag(ctx, term, v))]
+        if not chosen:
+            continue
+        flag, value = chosen[0]
+        lhs = f"{law['lhs']} {law['have']}"
+        return fix(
+            ctx,
+            [RemoveFlag(flag=flag)],
+            "tp-config",
+            f"{flag} {value} cannot split the TP group: SGLang requires {law['lhs']} == {law['rhs']} "
+            f"and read {law['have']} != {law['terms']}",
+            why=f"the ranks of {flag} are carved out of the TP group ({lhs}); back at its default the layout "
+            "is consistent (raise --tp-size too, on enough GPUs, to keep it)",
+            evidence=(law.group(0).strip(),),
+            confidence=0.6,
+        )
+    return None
+
+
+def _size_flag(ctx: Context, term: str, value: str) -> str | None:
+    """The flag of the command's that SGLang's term (`moe_ep_size`) reads, when the command set it to the
+    value SGLang printed: the term's own name, or without the group it sizes it for (`moe_`, `attn_`)."""
+    for name in (term, term.split("_", 1)[-1]):
+        info = ctx.catalog.get("--" + name.replace("_", "-"))
+        if info and ctx.view.has(info.name) and ctx.view.get(info.name) == value and info.default != value:
+            return info.name
+    return None

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from specdoctor.agent.diagnose import context_for, decide, outcome_from_log
 from specdoctor.agent.evaluate import flag_value
+from specdoctor.playbooks.device_checks import device_not_a_device
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.gate import invalid_edits
+from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand, SetFlag
-from tests.recorded import blind
+from specdoctor.tools.gpu import parse_gpus_description
+from tests.recorded import blind, recorded_lines
 from tests.test_corpus_scores import CAT, contract_for
 
 DATA = Path(__file__).parent / "data" / "corpus-real-engine-13"
@@ -66,3 +70,48 @@ def test_a_missing_model_path_is_not_taken_for_an_adapters(tmp_path: Path) -> No
     path = tmp_path / "case.json"
     path.write_text(json.dumps(case))
     assert contract_for(path)["action"] == "stop"  # the error names another path than the adapter's
+
+
+def test_a_device_torch_has_no_type_for_becomes_the_device_the_host_has() -> None:
+    assert _blind("device-gpu-not-a-torch-device")["edits"] == [
+        {"op": "set", "flag": "--device", "values": ["cpu"]}
+    ]
+    lines = recorded_lines("device-nvidia-not-a-torch-device.rc137.txt")
+    command = "sglang serve --model-path /models/tiny-llama --device nvidia --max-total-tokens 4096"
+    spec = LaunchCommand.parse(command)
+    on = {
+        "a CPU host": (parse_gpus_description("none"), "cpu", 0.6),
+        "an H100 host": (parse_gpus_description("1x H100 80GB"), "cuda", 0.7),
+        "an unknown host": (None, "cuda", 0.45),  # a guess: not applied unattended
+    }
+    for host, (gpus, device, confidence) in on.items():
+        ctx = context_for(spec, CAT, lines, gpus=gpus, outcome=outcome_from_log(lines, "startup-crash"))
+        decision = decide(ctx)
+        assert (decision.action, decision.edits, decision.confidence) == (
+            "fix",
+            (SetFlag(flag="--device", values=(device,)),),
+            confidence,
+        ), host
+
+
+def test_only_the_devices_the_engine_lists_pass_the_gate_as_its_names() -> None:
+    spec = LaunchCommand.parse(f"{PY} --device gpu")
+    assert not invalid_edits(spec, [SetFlag(flag="--device", values=("cpu",))], CAT)
+    assert invalid_edits(spec, [SetFlag(flag="--device", values=("tpu9",))], CAT)
+    # A device torch knows is not flagged, whatever SGLang's --help lists.
+    for device, flagged in (("mps", False), ("musa", False), ("cuda:1", False), ("CUDA", True)):
+        view = CommandView(LaunchCommand.parse(f"{PY.replace('cpu', device)}"), CAT)
+        assert bool(device_not_a_device(view, None)) is flagged, device
+
+
+def test_a_parallel_size_the_tp_group_cannot_hold_is_taken_back() -> None:
+    assert _blind("ep-size-2-without-tp")["edits"] == [{"op": "remove", "flag": "--ep-size"}]
+    lines = recorded_lines("ep-2-alias-without-tp.rc1.txt")
+    # The same failure when SGLang's own value broke the law: no flag of the command's is to blame.
+    for command in (f"{PY} --ep-size 4", f"{PY} --ep-size 2 --tp-size 1"):
+        ctx = context_for(
+            LaunchCommand.parse(command), CAT, lines, outcome=outcome_from_log(lines, "startup-crash")
+        )
+        decision = decide(ctx)
+        taken = decision.playbook == "sglang.parallel.inconsistent-layout"
+        assert taken is ("2" in command), (command, decision.summary)

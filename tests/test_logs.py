@@ -57,21 +57,11 @@ ALL_OUTPUTS = sorted(OUTPUTS.iterdir())
 
 
 def test_every_recorded_launch_output_is_covered() -> None:
-    # REPORT.md §3: 57 real outputs of broken launches, plus five recorded since from the same real SGLang
-    # 0.5.23 (a decode backend this device lacks, a grammar backend whose package is missing, three checks of
-    # its argument validation), plus four of a two-node launch on one host (a node missing on either side, a
-    # node killed while serving, a taken rendezvous port), plus twelve recorded to give a rule its second real
-    # log (a chat template, a load format and a tokenizer path the engine rejects, Python-syntax JSON, an
-    # engine switch, a host with a port, GPU features on a CPU device, an address without a port, a taken
-    # --nccl-port, a queue too small for the warm-up, a JSON config with keys its object lacks), plus four
-    # more (a feature crashing in its own module, a setting SGLang brought in, an init method without its
-    # scheme, a --host of another machine), plus four more (an SSL file without its pair, a flag's missing
-    # package, pipeline parallelism with a plain draft model, DFLASH on a CPU), plus eight recorded with a
-    # request after ready or failing on one (a skipped tokenizer, an embedding server generating, sampling
-    # defaults out of range from the model or the command, a chat template that does not compile, no KV
-    # budget, a missing external model package, a DoRA adapter); each has a header to check against.
+    # REPORT.md §3: 57 real outputs of broken launches, plus those recorded since from the same real SGLang
+    # 0.5.23 to give a rule its second real log (each read by the rule's test), a two-node launch on one host,
+    # and requests after ready; each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 96
+    assert len(launches) == 97
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

@@ -50,6 +50,14 @@ S = Scenario
 FILES = Path(__file__).parent / "data" / "launch-files"
 SCENARIOS = [
     S(
+        "sglang.parallel.inconsistent-layout",
+        "sglang serve --model-path /models/tiny-llama --device cpu --ep 2 --max-total-tokens 4096",
+        "sglang-outputs/ep-2-alias-without-tp.rc1.txt",
+        Fix,
+        "tp-config",
+        {"--ep-size": None, "--device": "cpu"},
+    ),
+    S(
         "sglang.flag.config-file",
         f"{PY} --config {FILES / 'vllm-key-config.yaml'}",
         "sglang-outputs/config-yaml-unknown-key.rc2.txt",

@@ -108,6 +108,10 @@ def _count_and_model(head: str) -> tuple[int | None, str]:
     return None, head
 
 
+_NO_GPU = re.compile(r"(?:none|no gpus?|cpu(?:[- ]only)?(?: host| machine| server)?)$", re.I)
+"""A description that says the host has no GPU (`none`, `CPU host`): the launch runs on the CPU or fails for it."""
+
+
 def parse_gpus_description(text: str) -> GpuReport:
     """`8x H100 80GB`, `2 x A100-SXM4-80GB`, `8 GPUs (model not stated)` -> a report with source "described".
 
@@ -115,6 +119,8 @@ def parse_gpus_description(text: str) -> GpuReport:
     """
     first_clause = re.split(r"[,;]", text, maxsplit=1)[0]
     head = re.split(r"\(", first_clause, maxsplit=1)[0].strip()
+    if _NO_GPU.match(head):
+        return GpuReport(status="no_gpu", message="no GPU on this host (as described)", source="described")
     count, model = _count_and_model(head)
     model = " ".join(_GENERIC_WORDS.sub("", model).split())
     recognised = infer_compute_capability(model) or known_memory_mib(model) or _ACCELERATOR.search(head)

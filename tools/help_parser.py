@@ -19,6 +19,9 @@ Nargs = int | str | None
 """argparse's nargs: None (one value), an int, '?', '*', '+', or 0 for a switch."""
 
 
+_QUOTED_LIST = re.compile(r"\((?:'[\w.-]+'(?:,\s*|\s+or\s+)?){2,}\)")
+
+
 class FlagInfo(BaseModel):
     """One engine flag as its `--help` describes it (plus the probe's type where known)."""
 
@@ -38,6 +41,13 @@ class FlagInfo(BaseModel):
     @property
     def spellings(self) -> tuple[str, ...]:
         return (self.name, *self.aliases, *((self.negation,) if self.negation else ()))
+
+    @property
+    def listed_values(self) -> tuple[str, ...]:
+        """Values a free-text flag's help lists as its options, quoted in parentheses (--device's
+        `('cuda', 'xpu', ..., 'cpu')`): the engine's names, not a person's text."""
+        found = _QUOTED_LIST.search(self.help)
+        return tuple(re.findall(r"'([\w.-]+)'", found.group(0))) if found else ()
 
     @property
     def deprecated(self) -> bool:
