@@ -34,8 +34,30 @@ _HOST_WITH_PORT = re.compile(r"^(?:(?P<scheme>[a-z]+)://)?(?P<host>[\w.-]+)(?::(
 
 
 _TORCH_DEVICE_TYPES = frozenset(
-    "cpu cuda ipu xpu mkldnn opengl opencl ideep hip ve fpga maia xla lazy vulkan mps meta hpu mtia "
-    "privateuseone npu musa".split()
+    [
+        "cpu",
+        "cuda",
+        "ipu",
+        "xpu",
+        "mkldnn",
+        "opengl",
+        "opencl",
+        "ideep",
+        "hip",
+        "ve",
+        "fpga",
+        "maia",
+        "xla",
+        "lazy",
+        "vulkan",
+        "mps",
+        "meta",
+        "hpu",
+        "mtia",
+        "privateuseone",
+        "npu",
+        "musa",
+    ]
 )
 """What `torch.device()` takes (its own error lists them; npu and musa come as plugins): SGLang hands
 --device to torch as written."""

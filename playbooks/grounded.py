@@ -21,7 +21,7 @@ from specdoctor.playbooks.feature_code import in_a_features_code
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.playbooks.naming import category_of, named_in
 from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning, prime_suspect
-from specdoctor.playbooks.take_back import its_settings
+from specdoctor.playbooks.take_back import its_settings, setting_of_a_chosen_feature
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.engine_source.index import bundled_index
@@ -29,6 +29,7 @@ from specdoctor.tools.engine_source.remedies import remedies
 from specdoctor.tools.engine_source.suspects import FieldRead, SiteReading, read_site
 
 _CHECKS = ("raise", "assert", "error")
+_SIZES = re.compile(r"^--(?:tp|pp|dp|ep|attn-cp|moe-dp|attn-dp)-size$|^--nnodes$")
 
 
 @playbook(id="sglang.source.check", category="other", when=("exited", "hung", "unhealthy"), priority=65)
@@ -153,6 +154,20 @@ def _culprits(reading: SiteReading) -> list[FieldRead]:
     policy = edit_policy()
     objected = [r for r in reading.suspects if not r.guard and r.trips is not False and r.flag]
     switches = [r for r in reading.suspects if r.guard and r.flag and r.value == "true"]
+    if not reading.site.fields:
+        # The check itself reads only the platform (`not is_cuda`): the value of the user's that led there
+        # (`kv_cache_dtype in ("nvfp4", ...)`) is the choice to take back, unless it sizes the deployment
+        # or defines what is served.
+        switches += [
+            r
+            for r in reading.suspects
+            if r.guard
+            and r.flag
+            and r.trips
+            and r not in switches
+            and not _SIZES.match(r.flag)
+            and r.flag not in WHAT_IS_SERVED
+        ]
     tuning = [r for r in objected if policy.flag(r.flag or "").edit_class == "tuning"]
     ordered = [*tuning, *switches, *(r for r in objected if r not in tuning)]
     # What is served (the speculative algorithm, the device) changes last, whatever its policy class.
@@ -194,7 +209,13 @@ def _change_a_suspect(
     culprits = _culprits(reading)
     # The engine's remedy may act on any flag its check reads (`requires --enable-x`): the name comes from
     # the engine's source, not from free log text.
-    suspects = {r.flag for r in reading.reads if r.flag}
+    # A flag the user did not set is the engine's remedy only when it tunes how the same model runs or
+    # completes a feature the user switched on: `requires --is-embedding` would change what is served.
+    suspects = {
+        r.flag
+        for r in reading.reads
+        if r.flag and (r.set_by_user or is_tuning(r.flag) or setting_of_a_chosen_feature(r.flag, ctx))
+    }
     named = _nearest_first(
         [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None], ctx
     )

@@ -14,6 +14,7 @@ _FAMILIES = (
     "network",
     "addresses",
     "serving",
+    "watchdog",
     "first_requests",
     "model",
     "weights",

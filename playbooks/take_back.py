@@ -61,6 +61,18 @@ def its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:
     return tuple(RemoveFlag(flag=name) for name in dict.fromkeys(own) if name != flag)
 
 
+def setting_of_a_chosen_feature(flag: str, ctx: Context) -> bool:
+    """`flag` is one of the settings of a feature the command switched on (`--lora-target-modules` of
+    `--enable-lora`): giving it completes the user's choice rather than making a new one."""
+    for option in ctx.spec.options():
+        chosen = ctx.view.canon(option.name)
+        if chosen != flag and flag.startswith(
+            _FAMILY.get(chosen, (f"{chosen}-", f"--{chosen.removeprefix('--enable-')}-"))
+        ):
+            return chosen.startswith("--enable-") or chosen in _FAMILY
+    return False
+
+
 # Features whose settings are not all named `<flag>-...` (SGLang's argument groups for them).
 _FAMILY = {
     "--speculative-algorithm": ("--speculative-",),

@@ -14,7 +14,7 @@ from specdoctor.playbooks.device_checks import device_not_a_device
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.command import LaunchCommand, SetFlag
+from specdoctor.tools.command import LaunchCommand, RemoveFlag, SetFlag
 from specdoctor.tools.gpu import parse_gpus_description
 from tests.recorded import blind, recorded_lines
 from tests.test_corpus_scores import CAT, contract_for
@@ -115,3 +115,20 @@ def test_a_parallel_size_the_tp_group_cannot_hold_is_taken_back() -> None:
         decision = decide(ctx)
         taken = decision.playbook == "sglang.parallel.inconsistent-layout"
         assert taken is ("2" in command), (command, decision.summary)
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"),
+    [
+        ("moe-dp-size-2-without-tp.rc1.txt", "--moe-dp-size"),
+        ("attn-cp-size-2-without-tp.rc1.txt", "--attn-cp-size"),
+    ],
+)
+def test_a_group_size_the_tp_size_does_not_divide_is_a_parallel_layout_fault(name: str, flag: str) -> None:
+    # Sizes of MoE and attention rank groups are parallel settings, not MoE kernels or attention backends.
+    lines = recorded_lines(name)
+    ctx = context_for(
+        LaunchCommand.parse(f"{PY} {flag} 2"), CAT, lines, outcome=outcome_from_log(lines, "startup-crash")
+    )
+    decision = decide(ctx)
+    assert (decision.category, decision.edits) == ("tp-config", (RemoveFlag(flag=flag),))

@@ -85,6 +85,37 @@ def test_assert_is_what_must_hold_and_else_branches_are_negated_guards() -> None
     assert second.template == "" and second.constraints[0].op == "is None"
 
 
+def test_an_early_return_guards_the_rest_of_the_function_like_an_if_around_it() -> None:
+    # SGLang's hooks return early unless their feature is on (`if kv_cache_dtype not in (...): return`):
+    # the checks after it run only with the user's value, which puts that value on the failing path.
+    guarded, after_loop = sites_of(
+        """
+        def handle_kv4(server_args):
+            cfg = resolving_view(server_args)
+            if cfg.attention_backend not in ("nvfp4", "fp4"):
+                return
+            for step in range(2):
+                if step:
+                    continue
+            if not get_platform().is_cuda:
+                raise RuntimeError("KV4 is not tested on non-CUDA platforms.")
+            if cfg.page_size > 1:
+                return
+            else:
+                assert cfg.tp_size == 1
+        """
+    )
+    assert guarded.fields == () and guarded.guard_fields == ("attention_backend",)
+    assert guarded.guards == ("not (cfg.attention_backend not in ('nvfp4', 'fp4'))",)
+    backend = next(c for c in guarded.constraints if c.field == "attention_backend")
+    assert (backend.op, backend.values, backend.guard) == ("in", ("nvfp4", "fp4"), True)
+    # An `if` with an else branch returns only on one side: the else is its own guard, not the rest.
+    assert after_loop.guards == (
+        "not (cfg.attention_backend not in ('nvfp4', 'fp4'))",
+        "not (cfg.page_size > 1)",
+    )
+
+
 def test_message_built_in_a_variable_format_and_percent_logs() -> None:
     sites = sites_of(
         """

@@ -50,6 +50,15 @@ S = Scenario
 FILES = Path(__file__).parent / "data" / "launch-files"
 SCENARIOS = [
     S(
+        "sglang.scheduler.watchdog",
+        "sglang serve --model-path /models/tiny-llama --device cpu --watchdog-timeout 0.001 --max-total-tokens 4096",
+        "sglang-outputs/watchdog-timeout-tiny-serve.rc137.txt",
+        Fix,
+        "other",
+        {"--watchdog-timeout": None, "--device": "cpu"},
+        exit_kind="runtime-crash",
+    ),
+    S(
         "sglang.parallel.inconsistent-layout",
         "sglang serve --model-path /models/tiny-llama --device cpu --ep 2 --max-total-tokens 4096",
         "sglang-outputs/ep-2-alias-without-tp.rc1.txt",

@@ -235,6 +235,12 @@ SGLANG = EngineProfile(
             pattern=_re(r"\[Errno (?:98|48)\].*address already in use"),
             why="uvicorn could not bind --port; SGLang keeps its scheduler alive and hangs forever.",
         ),
+        FatalLine(
+            name="watchdog",
+            # `soft` watchdogs (0.5.23's --soft-watchdog-timeout) only dump stacks; older ones print no flag.
+            pattern=_re(r"[Ww]atchdog timeout \(self\.watchdog_timeout=[\d.]+(?:, self\.soft=False)?\)"),
+            why="SGLang's watchdog took a forward step for a hang and is killing the server (SIGQUIT).",
+        ),
     ),
     killed=_re(r"^Exit code: -9\b|(?:^|\])\s*Killed\s*$"),
     # `accept len: 2.84` (0.4-0.5.23 Decode batch lines); `accept_len: 1.00` is how issue threads quote it.

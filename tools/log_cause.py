@@ -197,8 +197,11 @@ def _scan(msgs: list[tuple[str, str]], profile: EngineProfile) -> _Scan:
     while i < len(msgs):
         msg = msgs[i][1]
         if ready is not None and ready.search(msg):
-            # Whatever happened before the server came up did not stop it.
+            # Whatever happened before the server came up did not stop it, except a line after which it
+            # cannot recover (its watchdog already killing it while the warm-up request came back).
+            fatal = [c for c in scan.candidates if c.kind == "fatal-line"]
             scan = _Scan()
+            scan.candidates.extend(fatal)
             i += 1
             continue
         wrapped = _wrapper_of(msg, profile)

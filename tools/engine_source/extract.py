@@ -10,6 +10,7 @@ import ast
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from specdoctor.tools.engine_source.exprs import (
     Scope,
@@ -123,6 +124,14 @@ def _visit(body: list[ast.stmt], place: Place) -> Iterator[tuple[ast.stmt, Place
     for stmt in body:
         yield stmt, place
         yield from _children(stmt, place)
+        if _returns_early(stmt):
+            # `if kv_cache_dtype not in (...): return` guards the rest of the function as an `if` around it.
+            test = ast.unparse(stmt.test)
+            place = Place(place.qualname, place.func, (*place.chain, Cond(f"not ({test})", stmt.test, False)))
+
+
+def _returns_early(stmt: ast.stmt) -> TypeGuard[ast.If]:
+    return isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.body[-1], ast.Return)
 
 
 def _children(stmt: ast.stmt, place: Place) -> Iterator[tuple[ast.stmt, Place]]:

@@ -12,8 +12,9 @@ from functools import cache
 from pathlib import Path
 
 # Where launches die: argument parsing and validation, model config, the model runner and its CUDA graphs,
-# scheduler and TP worker start-up, speculative workers, attention backend and quantization selection,
-# model loading, the entrypoints, and the engine's shared helpers (package version checks, parallel groups).
+# scheduler and TP worker start-up (and the watchdog that kills a stuck one), the parallel layout,
+# speculative workers, attention backend and quantization selection, model loading, the entrypoints, and
+# the engine's shared helpers (package version checks, parallel groups).
 COVERED: tuple[str, ...] = (
     "srt/server_args.py",
     "srt/server_args_config_parser.py",
@@ -40,6 +41,8 @@ COVERED: tuple[str, ...] = (
     "srt/utils/hf_transformers_utils.py",
     "srt/utils/hf_transformers/*.py",
     "srt/utils/numa_utils.py",
+    "srt/utils/watchdog.py",
+    "srt/runtime_context.py",
     "cli/*.py",
     "srt/distributed/parallel_state.py",
 )

@@ -1,0 +1,43 @@
+"""A value of the user's that led the launch onto a check which itself reads only the platform: the check's
+function returns early for every other value, and the value is what to take back."""
+
+from __future__ import annotations
+
+from tests.recorded import blind, decided, recorded_lines
+
+SERVE = "sglang serve --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
+
+
+def test_a_kv_cache_dtype_only_cuda_runs_is_taken_back_on_a_cpu() -> None:
+    contract = blind("corpus-real-engine-8", "kv-cache-dtype-fp4-on-cpu")
+    assert contract["edits"] == [{"op": "remove", "flag": "--kv-cache-dtype"}]
+    # The second value of the family fails a check further down the same early-returning hook.
+    lines = recorded_lines("kv-cache-dtype-nvfp4-on-cpu.rc1.txt")
+    decision = decided(f"{SERVE} --kv-cache-dtype nvfp4", lines)
+    assert (decision["playbook"], decision["edits"]) == (
+        "sglang.source.check",
+        [{"op": "remove", "flag": "--kv-cache-dtype"}],
+    )
+
+
+def test_what_is_served_is_not_taken_back_for_a_platform_check_it_led_to() -> None:
+    # The Qwen3.5 MTP check reads only `is_hip()`, under `speculative_algorithm is not None`: speculative
+    # decoding stays, and the radix cache the check also needs off goes instead.
+    contract = blind("corpus-fresh", "qwen35-mtp-radix-no-buffer-rocm")
+    assert contract["edits"] == [{"op": "set", "flag": "--disable-radix-cache", "values": []}]
+
+
+def test_a_watchdog_timeout_the_command_set_too_short_is_taken_back() -> None:
+    contract = blind("corpus-real-engine-11", "watchdog-timeout-zero-kills-after-ready")
+    assert contract["edits"] == [{"op": "remove", "flag": "--watchdog-timeout"}]
+    lines = recorded_lines("watchdog-timeout-tiny-serve.rc137.txt")
+    # At SGLang's default a step really ran 300 s: a hang to find, not a flag to change.
+    at_default = [ln.replace("watchdog_timeout=0.001", "watchdog_timeout=300") for ln in lines]
+    decision = decided(SERVE, at_default, "runtime-crash")
+    assert (decision["playbook"], decision["action"]) == ("sglang.scheduler.watchdog", "stop")
+    # A soft watchdog only dumps stacks: it is not what killed the server.
+    soft = [ln.replace("self.soft=False", "self.soft=True") for ln in lines]
+    assert (
+        decided(f"{SERVE} --watchdog-timeout 0.001", soft, "runtime-crash")["playbook"]
+        != "sglang.scheduler.watchdog"
+    )
