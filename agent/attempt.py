@@ -81,6 +81,7 @@ def server_for(view: CommandView) -> Server:
         speculative=view.algorithm,
         metrics=view.has("--enable-metrics"),
         embedding=view.has("--is-embedding"),
+        api_key=view.get("--api-key"),
         acceptance=view.facts.acceptance,
         contained=view.spec.container is not None,
     )

@@ -64,7 +64,8 @@ def satisfies(
     if spec is None:
         return False
     if "env" in constraint:
-        return spec.env_dict().get(constraint["env"]) == str(constraint.get("equals"))
+        # The format has no `absent` for a variable: a case that wants it "" means unset or empty alike.
+        return spec.env_dict().get(constraint["env"], "") == str(constraint.get("equals"))
     present, value = flag_value(spec, constraint["flag"], catalog)
     if constraint.get("absent"):
         return not present

@@ -15,7 +15,7 @@ import queue
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from specdoctor.agent.launcher import Engine
 from specdoctor.tools.engines import SGLANG
@@ -86,6 +86,9 @@ class Server(BaseModel):
     speculative: str | None = Field(None, description="--speculative-algorithm as SGLang resolves it.")
     metrics: bool = Field(False, description="--enable-metrics: /metrics reports sglang:spec_accept_length.")
     embedding: bool = Field(False, description="--is-embedding: the server embeds; it has no chat to check.")
+    api_key: SecretStr | None = Field(
+        None, description="--api-key: generation and info routes answer only with it (health stays open)."
+    )
     acceptance: Acceptance = Field(
         default_factory=lambda: facts_for().acceptance, description="Accept-length levels per algorithm."
     )
@@ -127,6 +130,7 @@ class _Watch:
         """The last answer on our port that came from another process."""
         self.unknown_owner: str | None = None
         """Why the port's owner could not be read, when it could not."""
+        self._key = server.api_key.get_secret_value() if server.api_key else None
 
     def run(self) -> Outcome:
         unsubscribe = self.engine.subscribe(self.lines.put, replay=True)
@@ -211,7 +215,9 @@ class _Watch:
         """Ready, and ours; now prove it: a real generation, and for speculation a real accept length."""
         algorithm = self.server.speculative
         tokens = self.settings.health.generation_tokens
-        check = check_generate(self.server.url, speculative=algorithm is not None, max_new_tokens=tokens)
+        check = check_generate(
+            self.server.url, speculative=algorithm is not None, max_new_tokens=tokens, api_key=self._key
+        )
         tracker, engine = self.tracker, self.engine
         if not check.ok:
             if (code := engine.poll()) is not None:
@@ -245,7 +251,7 @@ class _Watch:
         the policy turns it off, or the server embeds rather than generates)."""
         if not self.settings.health.chat or self.server.embedding:
             return None
-        chat = check_chat(self.server.url)
+        chat = check_chat(self.server.url, api_key=self._key)
         return None if chat.ok else chat.message
 
     def _ownership_note(self, ownership: Ownership) -> str:
@@ -259,7 +265,7 @@ class _Watch:
         url, tokens = self.server.url, self.settings.health.generation_tokens
         samples = [first.spec_accept_length] if first.spec_accept_length is not None else []
         for _ in range(self.settings.spec_probes - 1):
-            more = check_generate(url, speculative=True, max_new_tokens=tokens)
+            more = check_generate(url, speculative=True, max_new_tokens=tokens, api_key=self._key)
             if more.ok and more.spec_accept_length is not None:
                 samples.append(more.spec_accept_length)
         sources = [accept_length, *([metrics_accept_length] if self.server.metrics else [])]
@@ -267,7 +273,7 @@ class _Watch:
             if samples:
                 break
             try:
-                value = source(url)
+                value = source(url, api_key=self._key)
             except HealthError:
                 value = None
             samples = [value] if value is not None else []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.value_checks import preferred_sampling
 from specdoctor.tools.command import RemoveFlag, SetFlag
@@ -172,4 +172,27 @@ def chat_template_refuses(ctx: Context, m: re.Match[str] | None) -> Decision | N
         "the tokenizer's own template (or name a built-in one that takes them, e.g. chatml)",
         evidence=(said,),
         confidence=0.6,
+    )
+
+
+@playbook(
+    id="sglang.request.api-key-missing",
+    category="other",
+    when=_WHEN,
+    pattern=r'"(?:POST|GET) /[^"]*" 401|\{"error":\s*"Unauthorized"\}|HTTP 401',
+    priority=27,
+)
+def api_key_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The server was launched with --api-key and a request came without it: the client's to fix."""
+    if not ctx.view.has("--api-key"):
+        return None
+    return stop(
+        ctx,
+        "other",
+        "the server runs with --api-key and answered 401 Unauthorized: the request did not carry the key",
+        "Send the key with every request except /health and /metrics: `Authorization: Bearer <the --api-key "
+        "value>` (the OpenAI client's api_key=...). specdoctor does not take the key away: that would open the "
+        "server to anyone who can reach its port.",
+        evidence=(line_of(m),) if m else (),
+        confidence=0.8,
     )

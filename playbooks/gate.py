@@ -217,7 +217,12 @@ def _problem(
     if isinstance(edit, UnsetEnv):
         started = (original or command).env_dict()
         set_here = edit.name in command.env_dict() and started.get(edit.name) != command.env_dict()[edit.name]
-        return None if set_here else f"{edit.name} was not set by this run: only a person removes it"
+        # An engine variable is one of SGLang's settings, like a flag the user gave: without it SGLang uses
+        # its default. Any other (a device list, a token, a library's switch) is the person's.
+        engines = edit.name in command.env_dict() and _ENGINE_VARIABLE.match(edit.name) is not None
+        return (
+            None if set_here or engines else f"{edit.name} was not set by this run: only a person removes it"
+        )
     if isinstance(edit, RenameFlag):
         return _rename_problem(edit, command, catalog)
     if isinstance(edit, RemoveFlag):
@@ -241,6 +246,9 @@ def _problem(
 def _exact(name: str, catalog: FlagCatalog) -> FlagInfo | None:
     resolved = catalog.resolve(name)
     return resolved.flag if resolved.status == "exact" else None
+
+
+_ENGINE_VARIABLE = re.compile(r"(?:SGLANG|SGL)_[A-Z0-9_]+$")
 
 
 def _env_problem(edit: SetEnv) -> str | None:

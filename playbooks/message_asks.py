@@ -14,7 +14,7 @@ from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.gate import invalid_edits, touches
 from specdoctor.playbooks.naming import category_of, squeeze
 from specdoctor.playbooks.suspects import failing_path
-from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag, UnsetEnv
 from specdoctor.tools.engine_source.remedies import remedies
 
 # Not a purpose or condition (`To use priority scheduling, ...`, `when using X`): those name what the
@@ -131,6 +131,8 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             return decision
     if not asked:
         return None
+    if (own := _take_back_the_variable(ctx, said)) is not None:
+        return own
     if (grounded := _in_the_engines_own_words(ctx, said, asked)) is not None:
         return grounded
     wanted = "; ".join(e.describe() for e in asked)
@@ -142,6 +144,25 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "word of a message, which anyone can write into a log or an answer.",
         evidence=(said,),
         confidence=0.6,
+    )
+
+
+def _take_back_the_variable(ctx: Context, said: str) -> Decision | None:
+    """The message asks for a flag because of an engine variable the command set ("X is set but
+    --enable-metrics is not active"): unsetting the variable keeps what is served as it was."""
+    named = [
+        n for n in ctx.spec.env_dict() if re.match(r"(?:SGLANG|SGL)_", n) and re.search(rf"\b{n}\b", said)
+    ]
+    if len(named) != 1:
+        return None
+    return fix(
+        ctx,
+        [UnsetEnv(name=named[0])],
+        "other",
+        f"SGLang asks for another flag because the command sets {named[0]}: {said}",
+        why=f"without {named[0]} SGLang does not ask for it; adding the flag instead is yours to choose",
+        evidence=(said,),
+        confidence=0.45,
     )
 
 

@@ -15,6 +15,7 @@ _FAMILIES = (
     "addresses",
     "serving",
     "watchdog",
+    "zeros",
     "first_requests",
     "model",
     "weights",

@@ -185,19 +185,27 @@ def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | No
     for name, value in ctx.spec.env_dict().items():
         if not re.match(r"(?:SGLANG|SGL)_", name):
             continue
-        off = TRUTHY.get(value)
         listed = _listed_instead(name, value, error)
+        # A value the error quotes as the wrong one is no switch to turn off, whatever it looks like.
+        off = None if _quoted(name, value, error) else TRUTHY.get(value)
         edits: tuple[Edit, ...] = (
-            (SetEnv(name=name, value=off),)
-            if off
-            else (SetEnv(name=name, value=listed),)
+            (SetEnv(name=name, value=listed),)
             if listed
+            else (SetEnv(name=name, value=off),)
+            if off
             else (UnsetEnv(name=name),)
         )
         yield _strongest(name, [], (re.sub(r"^(?:SGLANG|SGL)_", "", name),), error, stack, edits)
 
 
 _LISTED = re.compile(r"\[((?:\s*['\"][\w.-]+['\"]\s*,?)+)\]")
+# "is not one of off / record / enforce", "must be one of: a, b or c"
+_ONE_OF = re.compile(r"\bone of:?\s+([\w.-]+(?:\s*(?:/|,|\bor\b|\|)\s*[\w.-]+)+)")
+
+
+def _quoted(name: str, value: str, error: str) -> bool:
+    """The error names the variable with the command's value (`X='true'`, `X=true`): that value is its fault."""
+    return re.search(rf"{re.escape(name)}\s*=\s*['\"]?{re.escape(value)}\b", error) is not None
 
 
 def _listed_instead(name: str, value: str, error: str) -> str | None:
@@ -207,6 +215,8 @@ def _listed_instead(name: str, value: str, error: str) -> str | None:
         return None
     found = _LISTED.search(error)
     listed = re.findall(r"['\"]([\w.-]+)['\"]", found.group(1)) if found else []
+    if not listed and (one_of := _ONE_OF.search(error)):
+        listed = [v for v in re.split(r"\s*(?:/|,|\bor\b|\|)\s*", one_of.group(1)) if v]
     return next((v for v in listed if v != value), None)
 
 

@@ -37,9 +37,10 @@ def decided(command: str, lines: list[str], kind: str = "startup-crash") -> dict
     }
 
 
-def blind(folder: str, name: str) -> dict:
-    """A blind case's contract, asserted to solve the case."""
+def blind(folder: str, name: str, solved: bool = True) -> dict:
+    """A blind case's contract, asserted to solve the case (or, where the project answers otherwise on
+    purpose, asserted not to: the case stays scored wrong)."""
     path = DATA / folder / f"{name}.json"
     contract = contract_for(path)
-    assert score_case(json.loads(path.read_text()), contract, CAT).solved, contract
+    assert score_case(json.loads(path.read_text()), contract, CAT).solved is solved, contract
     return contract

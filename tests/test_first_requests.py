@@ -137,3 +137,17 @@ def test_sampling_defaults_are_checked_before_launch_as_sglang_verifies_them() -
     assert warned.severity == "warning"
     (empty,) = check_values(CommandView(LaunchCommand.parse(f"{PY} --max-total-tokens 0"), CAT))
     assert empty.edits and empty.flag == "--max-total-tokens"
+
+
+def test_a_request_without_the_servers_api_key_is_the_clients_to_fix_never_the_keys_removal() -> None:
+    contract = blind("corpus-real-engine-14", "api-key-chat-request-without-bearer", solved=False)
+    assert (contract["action"], contract["playbook"], contract["edits"]) == (
+        "stop",
+        "sglang.request.api-key-missing",
+        [],
+    )
+    lines = recorded_lines("api-key-generate-request-without-key.rc137.txt")
+    keyed = decided(f"{SERVE} --api-key sk-recorded-test", lines, "runs-but-degraded")
+    assert (keyed["playbook"], keyed["action"]) == ("sglang.request.api-key-missing", "stop")
+    # A 401 from a server launched without a key is not about this one's key.
+    assert decided(SERVE, lines, "runs-but-degraded")["playbook"] != "sglang.request.api-key-missing"

@@ -61,7 +61,7 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # 0.5.23 to give a rule its second real log (each read by the rule's test), a two-node launch on one host,
     # and requests after ready; each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 102
+    assert len(launches) == 105
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 
@@ -626,3 +626,14 @@ def test_byte_search_finds_stages_across_chunk_boundaries(tmp_path: Path) -> Non
     assert summary.root_cause.kind == "none"
     lines = summary.compact.splitlines()
     assert any("Load weight end. elapsed=0.02 s" in line for line in lines)
+
+
+def test_a_scheduler_that_died_while_starting_is_explained_by_its_own_traceback() -> None:
+    # 0.5.23's launcher reports "Rank 0 scheduler died during initialization" (after an EOFError from the
+    # closed pipe): both say that it died, the scheduler's traceback above them why.
+    case = json.loads(
+        (DATA / "corpus-real-engine-14" / "enable-trace-without-opentelemetry.json").read_text()
+    )
+    root = extract_root_cause(case["log"].splitlines())
+    assert root.error_line.startswith("RuntimeError: opentelemetry package is not installed")
+    assert "scheduler died during initialization" in root.wrappers

@@ -50,6 +50,14 @@ S = Scenario
 FILES = Path(__file__).parent / "data" / "launch-files"
 SCENARIOS = [
     S(
+        "sglang.request.api-key-missing",
+        "sglang serve --model-path /models/tiny-llama --device cpu --api-key sk-recorded-test --max-total-tokens 4096",
+        "sglang-outputs/api-key-generate-request-without-key.rc137.txt",
+        Stop,
+        "other",
+        exit_kind="runs-but-degraded",
+    ),
+    S(
         "sglang.scheduler.watchdog",
         "sglang serve --model-path /models/tiny-llama --device cpu --watchdog-timeout 0.001 --max-total-tokens 4096",
         "sglang-outputs/watchdog-timeout-tiny-serve.rc137.txt",
@@ -800,6 +808,10 @@ CASES = (
     + [("corpus-real-engine-5", c, p) for c, p in REAL_ENGINE_5]
     + [("corpus-real-engine-7", c, p) for c, p in REAL_ENGINE_7]
     + [("corpus-real-engine-9", c, p) for c, p in REAL_ENGINE_9]
+    + [
+        ("corpus-real-engine-12", "page-size-zero", "sglang.value.zero-chosen"),
+        ("corpus-real-engine-14", "decode-log-interval-zero-crashes-warmup", "sglang.value.zero-chosen"),
+    ]
 )
 
 

@@ -93,6 +93,9 @@ def test_wrong_flag_and_underscore_fixed_before_launch_then_healthy(sglang_env, 
         "512",
         "--port",
         str(port),
+        # Generation and chat answer only with the key: the health checks send it, and no sink shows it.
+        "--api-key",
+        "sk-specdoctor-test-key",
     ]
     proc = deploy(["--once"], command, tmp_path)
     out, _ = proc.communicate(timeout=240)
@@ -103,6 +106,7 @@ def test_wrong_flag_and_underscore_fixed_before_launch_then_healthy(sglang_env, 
     assert "--max-total-tokens 4096" in final and "--context-length 512" in final
     assert "--max_total_tokens" not in final and "--max-model-len" not in final
     assert any(e["type"] == "outcome" and e["outcome"]["kind"] == "healthy" for e in events)
+    assert "sk-specdoctor-test-key" not in out + (tmp_path / "transcript.jsonl").read_text()
 
 
 def test_port_taken_after_preflight_is_recognised_from_errno_98_and_relaunched(sglang_env, tmp_path):

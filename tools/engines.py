@@ -213,6 +213,12 @@ SGLANG = EngineProfile(
         # The same, once the server is serving: the tokenizer manager's running-phase handler.
         Wrapper(name="SIGQUIT received", pattern=_re(r"SIGQUIT received\. signum="), ends_launch=True),
         Wrapper(name="Rank 0 scheduler is dead", pattern=_re(r"Rank 0 scheduler is dead"), ends_launch=True),
+        # 0.5.23: the launcher's own error when a scheduler exits before it reports ready.
+        Wrapper(
+            name="scheduler died during initialization",
+            pattern=_re(r"Rank \d+ scheduler died during initialization"),
+            ends_launch=True,
+        ),
         Wrapper(
             name="Subprocess crashed",
             pattern=_re(r"Subprocess \w+ \(pid=\d+\) crashed with exit code"),

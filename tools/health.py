@@ -215,11 +215,12 @@ def check_generate(
     timeout: float = 60.0,
     max_new_tokens: int = 32,
     retries: int = 3,
+    api_key: str | None = None,
 ) -> GenerateCheck:
     """GET /health_generate, then one greedy generation via /generate (or /v1/chat/completions if 404)."""
     import httpx
 
-    with _client(timeout) as client:
+    with _client(timeout, api_key) as client:
         try:
             return _check_generate(client, base_url, speculative, max_new_tokens, retries)
         except httpx.TimeoutException:
@@ -234,11 +235,13 @@ def check_generate(
             return GenerateCheck(ok=False, endpoint="/generate", message=str(exc))
 
 
-def check_chat(base_url: str, timeout: float = 60.0, retries: int = 3) -> GenerateCheck:
+def check_chat(
+    base_url: str, timeout: float = 60.0, retries: int = 3, api_key: str | None = None
+) -> GenerateCheck:
     """One short chat completion, as a chat client sends it (the server's chat template and defaults)."""
     import httpx
 
-    with _client(timeout) as client:
+    with _client(timeout, api_key) as client:
         try:
             return _check_chat(client, base_url, False, 1, retries)
         except httpx.TimeoutException:
@@ -346,14 +349,16 @@ def _served_model(client: httpx.Client, base_url: str) -> str:
 # -- acceptance ------------------------------------------------------------------------------------
 
 
-def accept_length(base_url: str, timeout: float = 10.0, retries: int = 3) -> float | None:
+def accept_length(
+    base_url: str, timeout: float = 10.0, retries: int = 3, api_key: str | None = None
+) -> float | None:
     """Mean of `internal_states[*].avg_spec_accept_length` over DP ranks; None when the server has none.
 
     Raises `HealthError` when the server cannot be asked.
     """
     import httpx
 
-    with _client(timeout) as client:
+    with _client(timeout, api_key) as client:
         try:
             response = _request(client, "GET", _url(base_url, "/server_info"), retries)
             if response.status_code == 404:
@@ -372,7 +377,9 @@ def accept_length(base_url: str, timeout: float = 10.0, retries: int = 3) -> flo
     return sum(values) / len(values) if values else None
 
 
-def metrics_accept_length(base_url: str, timeout: float = 10.0, retries: int = 3) -> float | None:
+def metrics_accept_length(
+    base_url: str, timeout: float = 10.0, retries: int = 3, api_key: str | None = None
+) -> float | None:
     """Mean of `sglang:spec_accept_length` over its series (one per TP rank) in `/metrics`; None when the
     server exports no such series, or only zeros (nothing verified yet), or has no /metrics (404: it was
     launched without --enable-metrics).
@@ -382,7 +389,7 @@ def metrics_accept_length(base_url: str, timeout: float = 10.0, retries: int = 3
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
-    with _client(timeout) as client:
+    with _client(timeout, api_key) as client:
         try:
             response = _request(client, "GET", _url(base_url, "/metrics"), retries)
         except httpx.TransportError as exc:
@@ -472,11 +479,14 @@ def _unknown_message(name: str, algorithm: str | None, seen: int, needed: int) -
 # -- HTTP plumbing ---------------------------------------------------------------------------------
 
 
-def _client(timeout: float) -> httpx.Client:
+def _client(timeout: float, api_key: str | None = None) -> httpx.Client:
     import httpx
 
+    # A server launched with --api-key answers its generation and info routes only with the key (its
+    # /health and /metrics stay open); the key goes nowhere but to the server the command launched.
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     # The server is one we launched; a proxy from the environment must not sit in between.
-    return httpx.Client(timeout=timeout, trust_env=False)
+    return httpx.Client(timeout=timeout, trust_env=False, headers=headers)
 
 
 def _request(client: httpx.Client, method: str, url: str, retries: int, **kwargs: Any) -> httpx.Response:

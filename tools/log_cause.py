@@ -164,9 +164,11 @@ def extract_root_cause(lines: Iterable[str], profile: EngineProfile = SGLANG) ->
 
 
 # SGLang's error answers to a request: the OpenAI routes' `{"object": "error", "message": ...}`, the native
-# routes' `{"error": {"message": ...}}`; quoted in a log, pasted from curl, or recorded by our own probe.
+# routes' `{"error": {"message": ...}}`, its API-key check's `{"error": "Unauthorized"}`; quoted in a log,
+# pasted from curl, or recorded by our own probe.
 _ANSWER = re.compile(
     r'\{\s*"(?:object"\s*:\s*"error"|error"\s*:\s*\{)[^\n]*?"message"\s*:\s*"((?:[^"\\]|\\.)*)"'
+    r'|^\s*\{\s*"error"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}\s*$'
 )
 
 
@@ -175,10 +177,11 @@ def server_answer(lines: Iterable[str]) -> str | None:
     found = None
     for line in lines:
         for m in _ANSWER.finditer(line):
+            said = m.group(1) if m.group(1) is not None else m.group(2)
             try:
-                found = json.loads(f'"{m.group(1)}"')
+                found = json.loads(f'"{said}"')
             except ValueError:
-                found = m.group(1)
+                found = said
     return found.strip() if found else None
 
 

@@ -1,0 +1,54 @@
+"""A zero the user chose for a count, size or interval that SGLang divides by or asserts positive: each
+on its blind case, one of an earlier set, and the near misses the rule must leave alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.recorded import PY, blind, decided
+
+ZERO = "sglang.value.zero-chosen"
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "flag"),
+    [
+        ("corpus-real-engine-14", "decode-log-interval-zero-crashes-warmup", "--decode-log-interval"),
+        ("corpus-real-engine-15", "ngram-max-bfs-breadth-zero", "--speculative-ngram-max-bfs-breadth"),
+        ("corpus-real-engine-15", "cuda-graph-bs-decode-zero-on-cpu", "--cuda-graph-bs-decode"),
+        ("corpus-real-engine-12", "page-size-zero", "--page-size"),
+    ],
+)
+def test_the_zero_goes_back_to_sglangs_default(folder: str, name: str, flag: str) -> None:
+    contract = blind(folder, name)
+    assert (contract["playbook"], contract["edits"]) == (ZERO, [{"op": "remove", "flag": flag}])
+
+
+MODULO = [
+    '  File "/x/sglang/srt/managers/scheduler_components/metrics_reporter.py", line 934, in report_decode_stats',
+    "    if self.forward_ct_decode % self.decode_log_interval != 0:",
+    "ZeroDivisionError: integer modulo by zero",
+]
+
+
+def test_the_failing_code_naming_the_setting_makes_the_fix_sure() -> None:
+    named = decided(
+        f"{PY} --decode-log-interval 0 --random-seed 0", ["Traceback (most recent call last):", *MODULO]
+    )
+    assert (named["playbook"], named["confidence"]) == (ZERO, 0.6)
+    assert named["edits"] == [{"op": "remove", "flag": "--decode-log-interval"}]
+
+
+def test_two_unnamed_zeros_or_a_zero_that_is_no_number_are_not_guessed() -> None:
+    unnamed = ["Traceback (most recent call last):", MODULO[0], "    x = a // b", MODULO[2]]
+    assert decided(f"{PY} --random-seed 0 --dist-timeout 0", unnamed)["playbook"] != ZERO
+    # A choice spelled 0 is a name, not a count.
+    assert decided(f"{PY} --dsa-triton-union 0", unnamed)["playbook"] != ZERO
+    # No zero failure: a zero elsewhere in the command is not suspected.
+    other = [
+        "Traceback (most recent call last):",
+        MODULO[0],
+        "    x = a[3]",
+        "IndexError: list index out of range",
+    ]
+    assert decided(f"{PY} --decode-log-interval 0", other)["playbook"] != ZERO
