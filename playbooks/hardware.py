@@ -7,7 +7,7 @@ import re
 from specdoctor.playbooks.base import Context, StopRule, fix, line_of, playbook, stop, stop_rules
 from specdoctor.playbooks.code_paths import code_locations
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.suspects import revert_prime_suspect
+from specdoctor.playbooks.suspects import prime_suspect, revert_prime_suspect
 from specdoctor.tools.command import RemoveFlag, SetFlag
 
 
@@ -194,11 +194,31 @@ def fp8_unsupported(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why="without it the model runs in its own dtype",
             confidence=0.7,
         )
+    if chosen := _fp8_value_the_error_names(ctx):
+        return chosen
     return stop(
         ctx,
         "quantization",
         "this FP8 checkpoint needs an SM89+ GPU",
         "Use a GPU with FP8 support or a non-FP8 checkpoint.",
+    )
+
+
+def _fp8_value_the_error_names(ctx: Context) -> Decision | None:
+    """The GPU requirement is the requirement of a value the command chose (`--kv-cache-dtype mxfp8
+    requires an SM100+ GPU`), not of the checkpoint: that value goes back to SGLang's default."""
+    found = prime_suspect(ctx)
+    if found is None or found.how != "value in error":
+        return None
+    return fix(
+        ctx,
+        list(found.edits),
+        "quantization",
+        f"{found.setting} {ctx.view.get(found.setting) or ''} needs a newer GPU than this one: "
+        f"{ctx.root.error_line or ''}".strip(),
+        why=f"the error names the command's own {found.setting} value; at SGLang's default the model runs "
+        "in a format this GPU has",
+        confidence=0.6,
     )
 
 

@@ -246,6 +246,7 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         # A completion budget is what the prompt leaves of the context: it says nothing of the pool.
         or (_pool_came_out_small(ctx, allowed, asked) if m.group(1) else None)
         or _the_commands_context_cap(ctx, allowed, asked)
+        or _the_models_context_fails_warmup(ctx, allowed, asked)
         or stop(
             ctx,
             "context-length",
@@ -260,6 +261,8 @@ def _the_commands_pool_cap(ctx: Context, allowed: int, asked: int | None) -> Dec
     pool_cap = ctx.view.int("--max-total-tokens")
     if pool_cap is None or allowed > pool_cap or (asked is not None and pool_cap >= asked):
         return None
+    if pool_cap - allowed > _RESERVED_TOKENS:
+        return None  # the pool holds more than the limit: the cap comes from the context, not the pool
     return fix(
         ctx,
         [RemoveFlag(flag="--max-total-tokens")],
@@ -302,6 +305,32 @@ def _the_commands_context_cap(ctx: Context, allowed: int, asked: int | None) -> 
         "SGLang uses the model's own (max_position_embeddings)",
         confidence=0.6 if ctx.model and ctx.model.max_position_embeddings else 0.45,
     )
+
+
+_WARMUP = re.compile(r"warmup error|_execute_server_warmup")
+
+
+def _the_models_context_fails_warmup(ctx: Context, allowed: int, asked: int | None) -> Decision | None:
+    """No request of anyone's fits: SGLang's own warm-up prompt is longer than the context the model's
+    config gives. No real model is that short; its config.json says less than the model was built for."""
+    if asked is not None or not _WARMUP.search(ctx.search_text):
+        return None
+    length = ctx.view.int("--max-total-tokens") or _FALLBACK_CONTEXT
+    return fix(
+        ctx,
+        [
+            SetFlag(flag="--context-length", values=(str(length),)),
+            SetEnv(name="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", value="1"),
+        ],
+        "context-length",
+        f"the model's config allows {allowed} tokens, fewer than SGLang's own warm-up request",
+        why=f"a context of {allowed} tokens is no model's: its config.json (max_position_embeddings) is likely "
+        f"wrong; {length} tokens lets the server start — check the length the model was trained for",
+        confidence=0.45,
+    )
+
+
+_FALLBACK_CONTEXT = 2048
 
 
 def _model_allows_more(ctx: Context, asked: int) -> bool:

@@ -41,3 +41,22 @@ def test_a_watchdog_timeout_the_command_set_too_short_is_taken_back() -> None:
         decided(f"{SERVE} --watchdog-timeout 0.001", soft, "runtime-crash")["playbook"]
         != "sglang.scheduler.watchdog"
     )
+
+
+def test_a_gpu_requirement_of_the_commands_own_value_takes_the_value_back() -> None:
+    # "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU": the value is the command's, not the
+    # checkpoint's, so it goes back to SGLang's default rather than stopping for a newer GPU.
+    contract = blind("corpus-real-engine-16", "kv-cache-dtype-mxfp8-without-blackwell")
+    assert (contract["playbook"], contract["edits"]) == (
+        "sglang.hardware.fp8-arch",
+        [{"op": "remove", "flag": "--kv-cache-dtype"}],
+    )
+    lines = recorded_lines("kv-cache-dtype-mxfp8-serve.rc1.txt")
+    assert decided(f"{SERVE} --kv-cache-dtype mxfp8", lines)["edits"] == [
+        {"op": "remove", "flag": "--kv-cache-dtype"}
+    ]
+    # An FP8 checkpoint on an old GPU names no value of the command's: a stop.
+    old_gpu = [
+        "RuntimeError: fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e5',)"
+    ]
+    assert decided(SERVE, old_gpu)["action"] == "stop"

@@ -1,0 +1,27 @@
+"""A request longer than the server takes: the KV pool the command capped, or a model config whose context
+is shorter than SGLang's own warm-up request (each on its blind case and a second real log)."""
+
+from __future__ import annotations
+
+from tests.recorded import SERVE, blind, decided, recorded_lines
+
+TOO_LONG = "sglang.model.prompt-too-long"
+
+
+def test_a_model_config_shorter_than_the_warm_up_gets_a_context_the_server_can_start_with() -> None:
+    contract = blind("corpus-real-engine-17", "config-max-position-embeddings-below-warmup-prompt")
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--context-length", "values": ["4096"]},
+        {"op": "set_env", "name": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "value": "1"},
+    ]
+    lines = recorded_lines("model-context-20-below-warmup-serve.rc137.txt")
+    command = SERVE.replace("/models/tiny-llama", "/tmp/rec/models/tiny-llama-ctx20")
+    decision = decided(command, lines)
+    assert (decision["playbook"], decision["confidence"]) == (TOO_LONG, 0.45)
+    # A pool of 4096 tokens is not what turned a 28-token prompt away.
+    assert {"op": "remove", "flag": "--max-total-tokens"} not in decision["edits"]
+
+
+def test_a_pool_the_command_capped_is_the_limit_only_when_the_limit_is_the_pools() -> None:
+    contract = blind("corpus-real-engine-13", "max-total-tokens-too-small-rejects-prompt")
+    assert contract["edits"] == [{"op": "remove", "flag": "--max-total-tokens"}]
