@@ -34,6 +34,7 @@ _SAMPLING_REJECTED = (
     r"must be [^\n]*?got (?P<value>[-\w.]+)"
 )
 _TEMPLATE_MAX = 1 << 20
+_LOADS_TEMPLATE = re.compile(r"_load_\w*chat_template|load_chat_template")
 _TEMPLATE_BROKEN = r"Unexpected end of template|Jinja was looking for the following tags|jinja2\.exceptions\.TemplateSyntaxError"
 
 
@@ -195,4 +196,24 @@ def api_key_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "server to anyone who can reach its port.",
         evidence=(line_of(m),) if m else (),
         confidence=0.8,
+    )
+
+
+@playbook(id="sglang.request.chat-template-unreadable", category="other", when=_WHEN, priority=31)
+def chat_template_unreadable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang died reading the command's --chat-template file (its JSON template loader, a Jinja file it
+    cannot load): the file is not a template of a kind SGLang reads, whatever it holds."""
+    path = ctx.view.get("--chat-template")
+    innermost = [f for f in ctx.root.frames if "/sglang/" in f.path][-1:]
+    if not path or not innermost or not _LOADS_TEMPLATE.search(innermost[0].function):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--chat-template")],
+        "other",
+        f"SGLang cannot read {path} as a chat template: {ctx.root.error_line or ''}".strip(),
+        why=f"it failed in {innermost[0].function}, loading the command's template; a .json file must be "
+        "SGLang's own template format (a tokenizer_config.json is not), a Jinja one a .jinja file; without "
+        "--chat-template the tokenizer's own template is used",
+        confidence=0.6,
     )

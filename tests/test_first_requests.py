@@ -151,3 +151,16 @@ def test_a_request_without_the_servers_api_key_is_the_clients_to_fix_never_the_k
     assert (keyed["playbook"], keyed["action"]) == ("sglang.request.api-key-missing", "stop")
     # A 401 from a server launched without a key is not about this one's key.
     assert decided(SERVE, lines, "runs-but-degraded")["playbook"] != "sglang.request.api-key-missing"
+
+
+def test_a_chat_template_file_sglang_cannot_read_as_one_is_taken_back() -> None:
+    contract = blind("corpus-real-engine-14", "chat-template-hf-tokenizer-config-json")
+    assert (contract["playbook"], contract["edits"]) == (
+        "sglang.request.chat-template-unreadable",
+        [{"op": "remove", "flag": "--chat-template"}],
+    )
+    lines = recorded_lines("chat-template-generation-config-json-serve.rc1.txt")
+    command = f"{SERVE} --chat-template /models/tiny-llama/generation_config.json"
+    assert decided(command, lines)["playbook"] == "sglang.request.chat-template-unreadable"
+    # The same crash in a launch without --chat-template is the model's template: not this rule's.
+    assert decided(SERVE, lines)["playbook"] != "sglang.request.chat-template-unreadable"

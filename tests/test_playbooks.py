@@ -811,6 +811,11 @@ CASES = (
     + [
         ("corpus-real-engine-12", "page-size-zero", "sglang.value.zero-chosen"),
         ("corpus-real-engine-14", "decode-log-interval-zero-crashes-warmup", "sglang.value.zero-chosen"),
+        (
+            "corpus-real-engine-14",
+            "chat-template-hf-tokenizer-config-json",
+            "sglang.request.chat-template-unreadable",
+        ),
     ]
 )
 
