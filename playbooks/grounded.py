@@ -61,7 +61,33 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         and not _failure_names_a_chosen_value(ctx)
     ):
         return _brought_in_by_the_command(ctx, reading) or _engine_bug(ctx, reading)
-    return _switch_off_the_path(ctx, reading)
+    return _switch_off_the_path(ctx, reading) or _switch_on_the_variable(ctx, reading)
+
+
+def _switch_on_the_variable(ctx: Context, reading: SiteReading) -> Decision | None:
+    """The check runs only while an engine variable the command did not set is off (`else` of
+    `if envs.SGLANG_ENABLE_PP_SPEC.get()`), on a path the user's choices led to: SGLang's own code has
+    the other branch for exactly this combination, and the variable takes the launch there."""
+    chosen = [r for r in reading.suspects if r.guard]
+    given = ctx.spec.env_dict()
+    off = [
+        c.field
+        for c in reading.site.constraints
+        if c.env and c.guard and c.op == "falsy" and c.field not in given and c.field.startswith("SGLANG_")
+    ]
+    if not chosen or len(set(off)) != 1:
+        return None
+    kept = ", ".join(f"{r.flag} {r.value}" for r in chosen)
+    return fix(
+        ctx,
+        [SetEnv(name=off[0], value="1")],
+        _category(reading),
+        f"SGLang's check at {_where(reading)} applies only while {off[0]} is off, and rejects {kept}",
+        why=f"SGLang's code has a path for this combination behind {off[0]}=1 (newer, less tried than its "
+        f"default); the alternative is to give up {kept}",
+        evidence=_evidence(ctx, reading),
+        confidence=0.45,
+    )
 
 
 def _switch_off_the_path(ctx: Context, reading: SiteReading) -> Decision | None:

@@ -60,3 +60,22 @@ def test_a_gpu_requirement_of_the_commands_own_value_takes_the_value_back() -> N
         "RuntimeError: fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e5',)"
     ]
     assert decided(SERVE, old_gpu)["action"] == "stop"
+
+
+def test_a_check_in_the_else_of_an_engine_variable_switches_the_variable_on() -> None:
+    # "PP + speculative decoding (MTP) is only supported on prefill nodes" sits in the else branch of
+    # `if envs.SGLANG_ENABLE_PP_SPEC.get()`: SGLang's own path for PP with EAGLE is behind that variable.
+    contract = blind("corpus-real-engine-15", "eagle-with-pp-size-2-not-prefill-node")
+    assert contract["edits"] == [{"op": "set_env", "name": "SGLANG_ENABLE_PP_SPEC", "value": "1"}]
+    lines = recorded_lines("pp-size-2-with-eagle-serve.rc1.txt")
+    command = (
+        f"{SERVE} --speculative-algorithm EAGLE --speculative-draft-model-path /models/tiny-eagle3 "
+        "--pp-size 2 --disable-overlap-schedule"
+    )
+    decision = decided(command, lines)
+    assert (decision["edits"], decision["confidence"]) == (
+        [{"op": "set_env", "name": "SGLANG_ENABLE_PP_SPEC", "value": "1"}],
+        0.45,
+    )
+    # A person who set the variable already took that path: it is not proposed again.
+    assert decided(f"SGLANG_ENABLE_PP_SPEC=0 {command}", lines)["edits"] != decision["edits"]
