@@ -141,6 +141,8 @@ def _steps_topk_draft(view: CommandView, algorithm: str) -> list[Finding]:
         ]
     if steps is None or topk is None:
         return _partial(steps, topk, tokens)
+    if topk > 1 and tokens is None:
+        return [_tree_without_tokens(steps, topk)]
     if topk == 1 and tokens is not None and tokens != steps + 1:
         return [
             _f(
@@ -167,6 +169,23 @@ def _steps_topk_draft(view: CommandView, algorithm: str) -> list[Finding]:
             )
         ]
     return []
+
+
+def _tree_without_tokens(steps: int, topk: int) -> Finding:
+    """SGLang fills --speculative-num-draft-tokens in only for a chain (topk 1, steps + 1): a tree of
+    topk > 1 leaves it None, and the tokenizer manager's reserve arithmetic fails on it."""
+    most = 1 + topk + (steps - 1) * topk * topk
+    tokens = min(most, steps * topk)
+    return _f(
+        "spec-tree-tokens-missing",
+        "error",
+        f"--speculative-num-steps {steps} and --speculative-eagle-topk {topk} without "
+        "--speculative-num-draft-tokens: SGLang sets it only for topk 1, and crashes comparing None (TypeError)",
+        (SetFlag(flag="--speculative-num-draft-tokens", values=(str(tokens),)),),
+        f"a tree of {steps} steps with topk {topk} proposes up to {most} tokens; {tokens} (steps × topk) verifies "
+        "a tree of that shape without padding it out (tune it, or give none of the three and SGLang picks all)",
+        evidence=("TypeError: '>' not supported between instances of 'NoneType' and 'int'",),
+    )
 
 
 def _steps_missing(topk: int | None, tokens: int | None) -> Finding:

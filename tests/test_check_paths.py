@@ -79,3 +79,17 @@ def test_a_check_in_the_else_of_an_engine_variable_switches_the_variable_on() ->
     )
     # A person who set the variable already took that path: it is not proposed again.
     assert decided(f"SGLANG_ENABLE_PP_SPEC=0 {command}", lines)["edits"] != decision["edits"]
+
+
+def test_a_draft_tree_without_its_token_count_gets_one_it_can_verify() -> None:
+    # SGLang fills --speculative-num-draft-tokens in only for a chain (topk 1): a tree leaves it None.
+    contract = blind("corpus-real-engine-15", "eagle3-topk-gt1-without-num-draft-tokens")
+    assert contract["edits"] == [{"op": "set", "flag": "--speculative-num-draft-tokens", "values": ["12"]}]
+    lines = recorded_lines("eagle-tree-without-draft-tokens-serve.rc1.txt")
+    spec = "--speculative-algorithm EAGLE --speculative-draft-model-path /models/tiny-eagle3"
+    tree = decided(f"{SERVE} {spec} --speculative-num-steps 2 --speculative-eagle-topk 2", lines)
+    # (The EAGLE-3 draft also makes the algorithm EAGLE3: every fault preflight knows is fixed at once.)
+    assert {"op": "set", "flag": "--speculative-num-draft-tokens", "values": ["4"]} in tree["edits"]
+    # A chain of topk 1 is filled in by SGLang itself: no such finding.
+    chain = decided(f"{SERVE} {spec} --speculative-num-steps 2 --speculative-eagle-topk 1", lines)
+    assert {"op": "set", "flag": "--speculative-num-draft-tokens", "values": ["2"]} not in chain["edits"]
