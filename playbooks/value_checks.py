@@ -38,7 +38,13 @@ _LIST_FIELDS = ("architectures",)
 
 
 def check_values(view: CommandView) -> list[Finding]:
-    return _sampling_defaults(view) + _empty_budgets(view) + _override_shapes(view) + _node_rank(view)
+    return (
+        _sampling_defaults(view)
+        + _empty_budgets(view)
+        + _pages_in_the_pool(view)
+        + _override_shapes(view)
+        + _node_rank(view)
+    )
 
 
 def _node_rank(view: CommandView) -> list[Finding]:
@@ -163,3 +169,29 @@ def _empty_budgets(view: CommandView) -> list[Finding]:
                 )
             )
     return found
+
+
+_MIN_PAGES = 2
+"""Pages a KV pool needs before anything runs: one request's page, and the page SGLang keeps back
+(its padding slot) — a pool of one page schedules nothing, and the warm-up request waits forever."""
+
+
+def _pages_in_the_pool(view: CommandView) -> list[Finding]:
+    """--page-size against the --max-total-tokens the command itself caps the pool at."""
+    page, pool = view.int("--page-size"), view.int("--max-total-tokens")
+    if not page or not pool or page <= 1 or pool // page >= _MIN_PAGES:
+        return []
+    return [
+        Finding(
+            code="pool-of-one-page",
+            severity="error",
+            category="oom",
+            flag="--page-size",
+            message=f"--page-size {page} leaves --max-total-tokens {pool} {pool // page} page(s): no request can "
+            "be scheduled, and the server hangs on its warm-up request",
+            edits=(RemoveFlag(flag="--page-size"),),
+            why="SGLang's default page size is the backend's own (1 token on most); with it the pool has room to "
+            "schedule",
+            confidence=0.7,
+        )
+    ]

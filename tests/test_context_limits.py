@@ -25,3 +25,15 @@ def test_a_model_config_shorter_than_the_warm_up_gets_a_context_the_server_can_s
 def test_a_pool_the_command_capped_is_the_limit_only_when_the_limit_is_the_pools() -> None:
     contract = blind("corpus-real-engine-13", "max-total-tokens-too-small-rejects-prompt")
     assert contract["edits"] == [{"op": "remove", "flag": "--max-total-tokens"}]
+
+
+def test_a_page_as_large_as_the_pool_is_taken_back() -> None:
+    # One page in the whole KV pool: the warm-up request is never scheduled (it waits, then times out).
+    contract = blind("corpus-real-engine-15", "page-size-equals-kv-pool-hangs-warmup")
+    assert contract["edits"] == [{"op": "remove", "flag": "--page-size"}]
+    lines = recorded_lines("page-size-one-page-pool-hangs-serve.rc137.txt")
+    command = SERVE.replace("--max-total-tokens 4096", "--page-size 4096 --max-total-tokens 6000")
+    assert decided(command, lines)["edits"] == [{"op": "remove", "flag": "--page-size"}]
+    # Two pages leave room: no such finding (the timeout is then another fault's).
+    two = SERVE.replace("--max-total-tokens 4096", "--page-size 2048 --max-total-tokens 4096")
+    assert {"op": "remove", "flag": "--page-size"} not in decided(two, lines)["edits"]
