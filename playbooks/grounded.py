@@ -15,11 +15,19 @@ import ast
 import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
-from specdoctor.playbooks.brought_in import brought_in
+from specdoctor.playbooks.check_paths import (
+    brought_in_by_the_command,
+    check_category,
+    check_evidence,
+    set_by_sglang_for,
+    switch_off_the_path,
+    switch_on_the_variable,
+    where,
+)
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.feature_code import in_a_features_code
 from specdoctor.playbooks.gate import invalid_edits
-from specdoctor.playbooks.naming import category_of, named_in
+from specdoctor.playbooks.naming import named_in
 from specdoctor.playbooks.suspects import TRUTHY, WHAT_IS_SERVED, is_tuning, prime_suspect
 from specdoctor.playbooks.take_back import its_settings, setting_of_a_chosen_feature
 from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
@@ -60,89 +68,12 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         and not _message_names_a_chosen_flag(ctx)
         and not _failure_names_a_chosen_value(ctx)
     ):
-        return _brought_in_by_the_command(ctx, reading) or _engine_bug(ctx, reading)
-    return _switch_off_the_path(ctx, reading) or _switch_on_the_variable(ctx, reading)
-
-
-def _switch_on_the_variable(ctx: Context, reading: SiteReading) -> Decision | None:
-    """The check runs only while an engine variable the command did not set is off (`else` of
-    `if envs.SGLANG_ENABLE_PP_SPEC.get()`), on a path the user's choices led to: SGLang's own code has
-    the other branch for exactly this combination, and the variable takes the launch there."""
-    chosen = [r for r in reading.suspects if r.guard]
-    given = ctx.spec.env_dict()
-    off = [
-        c.field
-        for c in reading.site.constraints
-        if c.env and c.guard and c.op == "falsy" and c.field not in given and c.field.startswith("SGLANG_")
-    ]
-    if not chosen or len(set(off)) != 1:
-        return None
-    kept = ", ".join(f"{r.flag} {r.value}" for r in chosen)
-    return fix(
-        ctx,
-        [SetEnv(name=off[0], value="1")],
-        _category(reading),
-        f"SGLang's check at {_where(reading)} applies only while {off[0]} is off, and rejects {kept}",
-        why=f"SGLang's code has a path for this combination behind {off[0]}=1 (newer, less tried than its "
-        f"default); the alternative is to give up {kept}",
-        evidence=_evidence(ctx, reading),
-        confidence=0.45,
-    )
-
-
-def _switch_off_the_path(ctx: Context, reading: SiteReading) -> Decision | None:
-    """The check runs only while an optional switch of SGLang's is at its default (`not
-    self.disable_radix_cache`), and the setting it objects to is one the user chose (speculative
-    decoding): turning that tuning switch takes the launch off the check's path and keeps the choice."""
-    policy = edit_policy()
-    chosen = [r for r in reading.suspects if r.guard]
-    switches = [
-        r
-        for r in reading.reads
-        if r.guard
-        and not r.set_by_user
-        and r.flag
-        and r.default in ("False", "false")
-        and {c.op for c in r.failing} == {"falsy"}
-        and policy.flag(r.flag).edit_class == "tuning"
-    ]
-    if not chosen or len(switches) != 1:
-        return None
-    switch = switches[0]
-    assert switch.flag is not None
-    info = ctx.catalog.get(switch.flag)
-    if info is None or info.nargs != 0:
-        return None  # a valued setting: turning it "on" means nothing
-    kept = ", ".join(f"{r.flag} {r.value}" for r in chosen)
-    return fix(
-        ctx,
-        [SetFlag(flag=switch.flag)],
-        _category(reading),
-        f"SGLang's check at {_where(reading)} applies only while {switch.flag} is off, and rejects {kept}",
-        why=f"with {switch.flag} the launch never reaches the check, and {kept} stays as chosen",
-        evidence=_evidence(ctx, reading),
-        confidence=0.6,
-    )
-
-
-def _brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision | None:
-    """The check reads only defaults, but SGLang logged that it changed what the check is about because
-    of a setting the command chose: that setting put the launch on the failing path."""
-    about = " ".join([ctx.root.error_line or reading.site.template, *(r.field for r in reading.reads)])
-    found = brought_in(ctx, about)
-    if found is None:
-        return None
-    return fix(
-        ctx,
-        list(found.edits),
-        _category(reading),
-        f"SGLang's check at {_where(reading)} fails on a setting SGLang brought in because of {found.setting}",
-        why=f"SGLang logged `{found.line}`, and its check then failed ({reading.site.condition or reading.site.template}); "
-        f"without {found.setting} the launch does not take that path",
-        evidence=(*_evidence(ctx, reading), found.line),
-        # The log's word ties the two together, not the check's own fields.
-        confidence=0.45,
-    )
+        return (
+            set_by_sglang_for(ctx, reading, dests)
+            or brought_in_by_the_command(ctx, reading)
+            or _engine_bug(ctx, reading)
+        )
+    return switch_off_the_path(ctx, reading) or switch_on_the_variable(ctx, reading)
 
 
 def _failure_names_a_chosen_value(ctx: Context) -> bool:
@@ -213,19 +144,13 @@ def _env_switch_off(ctx: Context, reading: SiteReading) -> Decision | None:
     return fix(
         ctx,
         [SetEnv(name=env.name, value=TRUTHY[env.value or ""])],
-        _category(reading),
-        f"SGLang's check at {_where(reading)} runs because {env.name}={env.value}: {ctx.root.error_line or ''}".strip(),
+        check_category(reading),
+        f"SGLang's check at {where(reading)} runs because {env.name}={env.value}: {ctx.root.error_line or ''}".strip(),
         why=f"the check ({reading.site.condition or reading.site.template}) is on {env.name}'s path; with it off "
         "the launch keeps its speculative algorithm and other settings",
-        evidence=_evidence(ctx, reading),
+        evidence=check_evidence(ctx, reading),
         confidence=0.6,
     )
-
-
-def _where(reading: SiteReading) -> str:
-    site = reading.site
-    release = f"sglang {site.release} " if site.release else ""
-    return f"{release}{site.file}:{site.line} ({site.function})"
 
 
 def _change_a_suspect(
@@ -253,10 +178,10 @@ def _change_a_suspect(
             decision = fix(
                 ctx,
                 [edit],
-                _category(reading),
-                f"SGLang's check at {_where(reading)} failed on {edit.flag}: {ctx.root.error_line or ''}".strip(),
+                check_category(reading),
+                f"SGLang's check at {where(reading)} failed on {edit.flag}: {ctx.root.error_line or ''}".strip(),
                 why=f"the engine's message says what to do, and {edit.flag} is a flag this command set",
-                evidence=_evidence(ctx, reading),
+                evidence=check_evidence(ctx, reading),
                 confidence=0.75,
             )
             if decision is not None:
@@ -318,11 +243,11 @@ def _to_allowed_or_default(
     return fix(
         ctx,
         edits,
-        _category(reading),
-        f"SGLang's check at {_where(reading)} reads {read.flag}, which this command set to {read.value}",
+        check_category(reading),
+        f"SGLang's check at {where(reading)} reads {read.flag}, which this command set to {read.value}",
         why=f"the check ({reading.site.condition or reading.site.template}) fails on {read.flag} {read.value}; "
         f"setting it {what} takes the launch off the failing path",
-        evidence=_evidence(ctx, reading),
+        evidence=check_evidence(ctx, reading),
         confidence=_confidence(read, several),
     )
 
@@ -402,22 +327,11 @@ def _engine_bug(ctx: Context, reading: SiteReading) -> Decision:
     return stop(
         ctx,
         "engine-bug",
-        f"SGLang stopped at its own check {_where(reading)}, which reads only settings this command leaves at "
+        f"SGLang stopped at its own check {where(reading)}, which reads only settings this command leaves at "
         f"their defaults ({fields}): no flag of the command causes it",
         f"Report it upstream (sglang {version}) with: the raising site {site.file}:{site.line} "
         f"({site.function}), the check `{site.condition or site.text}`, the GPU, the command (redacted) and the "
         "last log lines; or try another SGLang release.",
-        evidence=_evidence(ctx, reading),
+        evidence=check_evidence(ctx, reading),
         confidence=0.6,
     )
-
-
-def _category(reading: SiteReading) -> str:
-    return category_of(" ".join(r.field for r in reading.reads) + " " + reading.site.file)
-
-
-def _evidence(ctx: Context, reading: SiteReading) -> tuple[str, ...]:
-    site = reading.site
-    lines = [ctx.root.error_line.strip()] if ctx.root.error_line else []
-    lines.append(f"{site.file}:{site.line}: {site.text}" if site.text else f"{site.file}:{site.line}")
-    return tuple(lines)

@@ -93,3 +93,18 @@ def test_a_draft_tree_without_its_token_count_gets_one_it_can_verify() -> None:
     # A chain of topk 1 is filled in by SGLang itself: no such finding.
     chain = decided(f"{SERVE} {spec} --speculative-num-steps 2 --speculative-eagle-topk 1", lines)
     assert {"op": "set", "flag": "--speculative-num-draft-tokens", "values": ["2"]} not in chain["edits"]
+
+
+def test_a_setting_sglang_turned_on_for_the_users_one_takes_the_users_back() -> None:
+    # handle_page_major_kv_layout: `if cfg.enable_unified_memory: declare_resolution(...,
+    # enable_page_major_kv_layout=True)`, then its check on the page-major layout fails.
+    contract = blind("corpus-real-engine-16", "enable-unified-memory-on-cpu-attention-backend")
+    assert contract["edits"] == [{"op": "remove", "flag": "--enable-unified-memory"}]
+    lines = recorded_lines("unified-memory-on-cpu-serve.rc1.txt")
+    decision = decided(f"{SERVE} --enable-unified-memory", lines)
+    assert (decision["playbook"], decision["edits"]) == (
+        "sglang.source.check",
+        [{"op": "remove", "flag": "--enable-unified-memory"}],
+    )
+    # Without the user's switch the same failure is SGLang's own: a stop.
+    assert decided(SERVE, lines)["action"] == "stop"

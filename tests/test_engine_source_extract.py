@@ -116,6 +116,24 @@ def test_an_early_return_guards_the_rest_of_the_function_like_an_if_around_it() 
     )
 
 
+def test_a_field_the_function_sets_for_another_before_the_check_is_recorded_with_its_cause() -> None:
+    (site,) = sites_of(
+        """
+        def handle_layout(server_args):
+            cfg = resolving_view(server_args)
+            if cfg.device == "cpu":
+                declare_resolution(server_args, "x", page_size=1)
+            if cfg.tp_size > 1:
+                server_args.dp_size = 2
+            assert cfg.page_size > 0 and cfg.attention_backend, "no backend"
+            if cfg.page_size > 1:
+                cfg.tp_size = 4
+        """
+    )
+    # Only fields the check reads, set before it: dp_size is not read, tp_size is set after.
+    assert site.brought_in == ("page_size=device",)
+
+
 def test_message_built_in_a_variable_format_and_percent_logs() -> None:
     sites = sites_of(
         """

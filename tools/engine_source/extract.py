@@ -295,8 +295,52 @@ def _site(
         guard_fields=tuple(sorted({r.name for r in outer if not r.env} - {r.name for r in main})),
         envs=tuple(sorted({r.name for r in main | outer if r.env})),
         constraints=tuple(dict.fromkeys(found)),
+        brought_in=_brought_in(place.func, scope, stmt.lineno, {r.name for r in main | outer if not r.env}),
         text=ctx.first_line(stmt),
     )
+
+
+def _brought_in(func: ast.AST | None, scope: Scope, line: int, read: set[str]) -> tuple[str, ...]:
+    """Fields the check reads that the function sets before `line` under a condition on other fields:
+    SGLang turning a setting on because of another (`if cfg.enable_unified_memory:
+    declare_resolution(..., enable_page_major_kv_layout=True)`)."""
+    if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ()
+    found: list[str] = []
+
+    def visit(body: list[ast.stmt], causes: frozenset[str]) -> None:
+        for stmt in body:
+            if stmt.lineno >= line:
+                continue
+            if isinstance(stmt, ast.If):
+                more = causes | {r.name for r in reads(stmt.test, scope) if not r.env}
+                visit(stmt.body, more)
+                visit(stmt.orelse, more)
+            elif causes:
+                found.extend(
+                    f"{f}={c}"
+                    for f in _set_fields(stmt, scope)
+                    if f in read
+                    for c in sorted(causes)
+                    if c != f
+                )
+
+    visit(func.body, frozenset())
+    return tuple(dict.fromkeys(found))
+
+
+def _set_fields(stmt: ast.stmt, scope: Scope) -> Iterator[str]:
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call) and _name(node.func) == "declare_resolution":
+            yield from (k.arg for k in node.keywords if k.arg and scope.is_field(k.arg))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and is_args_expr(target.value, scope)
+                    and scope.is_field(target.attr)
+                ):
+                    yield target.attr
 
 
 def _message_node(stmt: ast.stmt) -> ast.AST | None:

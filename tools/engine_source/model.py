@@ -86,6 +86,11 @@ class Site(BaseModel):
     constraints: tuple[Constraint, ...] = Field(
         default=(), description="Literal comparisons in the conditions, as the failing state."
     )
+    brought_in: tuple[str, ...] = Field(
+        default=(),
+        description="`field=cause`: a field the function sets (`declare_resolution(..., field=...)`, "
+        "`server_args.field = ...`) before this statement, under a condition reading `cause`.",
+    )
     text: str = Field(default="", description="The statement's first source line, stripped.")
     release: str | None = Field(default=None, description="The SGLang release the line numbers are from.")
     source: Source = "index"
