@@ -53,6 +53,11 @@ FLOORS = {
     "corpus-real-engine-11": (10, 0),
     "corpus-real-engine-12": (10, 0),
     "corpus-real-engine-13": (10, 0),
+    "corpus-real-engine-14": (11, 0),
+    "corpus-real-engine-15": (8, 0),
+    "corpus-real-engine-16": (8, 0),
+    "corpus-real-engine-17": (7, 0),
+    "corpus-real-engine-18": (3, 0),
 }
 
 
