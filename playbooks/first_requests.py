@@ -217,3 +217,25 @@ def chat_template_unreadable(ctx: Context, m: re.Match[str] | None) -> Decision 
         "--chat-template the tokenizer's own template is used",
         confidence=0.6,
     )
+
+
+@playbook(
+    id="sglang.request.metrics-off",
+    category="other",
+    when=_WHEN,
+    pattern=r'"GET /metrics[^"\s]* HTTP/[\d.]+" 404',
+    priority=27,
+)
+def metrics_off(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A scraper asked for /metrics and SGLang, launched without --enable-metrics, has no such route."""
+    if ctx.view.has("--enable-metrics"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--enable-metrics")],
+        "other",
+        "/metrics answers 404: SGLang serves Prometheus metrics only with --enable-metrics",
+        why="vLLM and TGI export /metrics by default; SGLang adds the route (and its counters) with the flag",
+        evidence=(line_of(m),) if m else (),
+        confidence=0.7,
+    )

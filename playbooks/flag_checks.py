@@ -12,7 +12,7 @@ from difflib import SequenceMatcher
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.json_values import as_json, is_json, reads_json
 from specdoctor.playbooks.translate import translate_synonym
-from specdoctor.playbooks.view import as_float, as_int
+from specdoctor.playbooks.view import as_float, as_int, human_spelling
 from specdoctor.tools.catalog import FlagCatalog, Resolution
 from specdoctor.tools.command import (
     Edit,
@@ -404,7 +404,13 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     problems: list[Finding] = []
     if ok is not None and not ok(value):
         what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
-        respelled = as_json(value) if kind == "json" else None
+        respelled = (
+            as_json(value)
+            if kind == "json"
+            else human_spelling(value)
+            if kind == "human_readable_int"
+            else None
+        )
         problems.append(
             Finding(
                 code="bad-value",
@@ -413,10 +419,22 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
                 category="flag-name" if kind == flag.value_type else "other",
                 flag=opt.name,
                 message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`"
-                + (" (not JSON's spelling: SGLang reads it with json.loads)" if respelled else ""),
+                + (
+                    " (not JSON's spelling: SGLang reads it with json.loads)"
+                    if respelled and kind == "json"
+                    else f" (SGLang's suffixes are case-sensitive: {respelled})"
+                    if respelled
+                    else ""
+                ),
                 evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
                 edits=(SetFlag(flag=flag.name, values=(respelled,)),) if respelled else (),
-                why="the same keys and values in JSON's spelling (double quotes)" if respelled else "",
+                why=(
+                    "the same keys and values in JSON's spelling (double quotes)"
+                    if kind == "json"
+                    else f"`{value}` as another tool reads it; SGLang writes that count `{respelled}`"
+                )
+                if respelled
+                else "",
                 confidence=0.9 if respelled else 0.0,
             )
         )

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdoctor.playbooks.json_values import json_container, loose_literal
 from specdoctor.playbooks.spec_checks import builtin_algorithms
-from specdoctor.playbooks.view import CommandView
+from specdoctor.playbooks.view import CommandView, as_int
 from specdoctor.tools.catalog import FlagCatalog
 from specdoctor.tools.command import (
     Edit,
@@ -370,9 +370,11 @@ def _borrowed_choices(flag: FlagInfo, catalog: FlagCatalog) -> tuple[str, ...]:
 
 
 def _number_problem(flag: FlagInfo, value: str) -> str | None:
-    if not _NUMBER.match(value):
+    # A count SGLang reads with its suffixes (`16Ki`, `32k`) is a number too.
+    readable = as_int(value) if flag.value_type == "human_readable_int" else None
+    if readable is None and not _NUMBER.match(value):
         return f"{value!r} is not a number of {flag.name}'s type ({flag.value_type})"
-    number = float(value)
+    number = float(value) if readable is None else readable
     low, high = edit_policy().ranges.get(flag.name, (-_NUMBER_LIMIT, _NUMBER_LIMIT))
     if not low <= number <= high:
         return f"{flag.name} {value} is outside [{low:g}, {high:g}]"

@@ -9,15 +9,39 @@ from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
 from specdoctor.tools.sglang_facts import EngineFacts, facts_for
 
-_SUFFIX = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+# SGLang's human_readable_int (srt/utils/common.py): SI k, M, G, T and IEC Ki, Mi, Gi, Ti, case-sensitive.
+_SUFFIX = {
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def human_spelling(text: str) -> str | None:
+    """The spelling SGLang reads of a count written with another tool's suffix case: vLLM reads `16K` as
+    16 × 1024 (SGLang's `16Ki`), `16m` as 16 × 10^6 (`16M`)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KkMmGgTt])([Ii]?)[Bb]?\s*", text)
+    if not m or as_int(text) is not None:
+        return None
+    number, letter, binary = m.groups()
+    suffix = (
+        letter.upper() + "i" if letter.isupper() or binary else ("k" if letter == "k" else letter.upper())
+    )
+    fixed = f"{number}{suffix}"
+    return fixed if fixed != text.strip() and as_int(fixed) is not None else None
 
 
 def as_int(text: str | None) -> int | None:
     """An int as SGLang reads it (also `32k`, `1Mi`), or None."""
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|k|K|M|G)?\s*", text)
-    if not m:
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?\s*", text)
+    if not m or ("." in m.group(1) and (m.group(2) or "").endswith("i")):
         return None
     number = float(m.group(1)) * _SUFFIX.get(m.group(2) or "", 1)
     return int(number) if number == int(number) else None

@@ -816,6 +816,11 @@ CASES = (
             "chat-template-hf-tokenizer-config-json",
             "sglang.request.chat-template-unreadable",
         ),
+        (
+            "corpus-real-engine-19",
+            "metrics-endpoint-404-without-enable-metrics",
+            "sglang.request.metrics-off",
+        ),
     ]
 )
 

@@ -164,11 +164,12 @@ def extract_root_cause(lines: Iterable[str], profile: EngineProfile = SGLANG) ->
 
 
 # SGLang's error answers to a request: the OpenAI routes' `{"object": "error", "message": ...}`, the native
-# routes' `{"error": {"message": ...}}`, its API-key check's `{"error": "Unauthorized"}`; quoted in a log,
+# routes' `{"error": {"message": ...}}`, its API-key check's `{"error": "Unauthorized"}`, FastAPI's own
+# `{"detail": "Not Found"}` for a route the launch did not enable; quoted in a log,
 # pasted from curl, or recorded by our own probe.
 _ANSWER = re.compile(
     r'\{\s*"(?:object"\s*:\s*"error"|error"\s*:\s*\{)[^\n]*?"message"\s*:\s*"((?:[^"\\]|\\.)*)"'
-    r'|^\s*\{\s*"error"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}\s*$'
+    r'|^\s*\{\s*"(?:error|detail)"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}\s*$'
 )
 
 

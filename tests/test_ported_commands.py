@@ -1,0 +1,51 @@
+"""Commands copied from vLLM or TGI: a count written with another tool's suffix case, and a /metrics route
+SGLang serves only when asked (each on its blind case and a second real log)."""
+
+from __future__ import annotations
+
+from specdoctor.playbooks.gate import invalid_edits
+from specdoctor.playbooks.view import as_int, human_spelling
+from specdoctor.tools.command import LaunchCommand, SetFlag
+from tests.recorded import SERVE, blind, decided, recorded_lines
+from tests.test_corpus_scores import CAT
+
+
+def test_a_count_with_another_tools_suffix_case_is_respelled_as_sglang_reads_it() -> None:
+    contract = blind("corpus-real-engine-19", "max-prefill-tokens-uppercase-k-suffix")
+    assert contract["edits"] == [{"op": "set", "flag": "--max-prefill-tokens", "values": ["16Ki"]}]
+    lines = recorded_lines("context-length-uppercase-k-serve.rc2.txt")
+    command = SERVE.replace("--max-total-tokens 4096", "--context-length 2K --max-total-tokens 4096")
+    assert decided(command, lines, "parse-error")["edits"] == [
+        {"op": "set", "flag": "--context-length", "values": ["2Ki"]}
+    ]
+    # SGLang's own suffixes, exactly: SI k M G T, IEC Ki Mi Gi Ti, no decimals with IEC.
+    assert [as_int(v) for v in ("16k", "2G", "1Ki", "16K", "1.5Ki", "2.5k")] == [
+        16000,
+        2 * 10**9,
+        1024,
+        None,
+        None,
+        2500,
+    ]
+    assert [human_spelling(v) for v in ("16K", "16KB", "4m", "16k", "2G")] == [
+        "16Ki",
+        "16Ki",
+        "4M",
+        None,
+        None,
+    ]
+    # The gate takes a suffixed count as the number it is.
+    spec = LaunchCommand.parse(f"{SERVE} --max-prefill-tokens 16K")
+    assert not invalid_edits(spec, [SetFlag(flag="--max-prefill-tokens", values=("16Ki",))], CAT)
+
+
+def test_a_metrics_scrape_that_gets_404_adds_enable_metrics() -> None:
+    contract = blind("corpus-real-engine-19", "metrics-endpoint-404-without-enable-metrics")
+    assert contract["edits"] == [{"op": "set", "flag": "--enable-metrics", "values": []}]
+    lines = recorded_lines("metrics-404-without-enable-metrics-serve.rc137.txt")
+    assert decided(SERVE, lines, "runs-but-degraded")["playbook"] == "sglang.request.metrics-off"
+    # With the flag given, a 404 there is something else's.
+    assert (
+        decided(f"{SERVE} --enable-metrics", lines, "runs-but-degraded")["playbook"]
+        != "sglang.request.metrics-off"
+    )
