@@ -32,7 +32,7 @@ from specdoctor.tools.command import (
 )
 from specdoctor.tools.edit_policy import Allowance, Classed, EditClass, edit_policy
 from specdoctor.tools.help_parser import FlagInfo
-from specdoctor.tools.sglang_facts import facts_for
+from specdoctor.tools.sglang_facts import OPENAI_SAMPLING_NAMES, facts_for
 
 MAX_EDITS = 16
 MAX_TEXT = 512
@@ -311,7 +311,12 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None if value in known or value in written else f"{value!r} is not an algorithm SGLang has"
     if flag.value_type in _NUMERIC or (flag.value_type is None and _NUMBER.match(value)):
         return _number_problem(flag, value)
-    if value in written or _respelled(value, written) or _requoted(value, written):
+    if (
+        value in written
+        or _respelled(value, written)
+        or _requoted(value, written)
+        or _renamed(value, written)
+    ):
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
         return None  # a name built into SGLang (a chat template it registers), not a person's text
@@ -345,6 +350,21 @@ def _requoted(value: str, written: set[str]) -> bool:
     parsed value, so nothing in it came from anywhere but the user."""
     parsed = json_container(value)
     return parsed is not None and any(loose_literal(w) == parsed for w in written)
+
+
+def _renamed(value: str, written: set[str]) -> bool:
+    """A JSON object of the user's with keys renamed from the OpenAI API's names to SGLang's (`max_tokens`
+    → `max_new_tokens`) or left out: every value in it is still the user's."""
+    parsed = json_container(value)
+    if not isinstance(parsed, dict):
+        return False
+    for text in written:
+        theirs = json_container(text)
+        if isinstance(theirs, dict):
+            renamed = {OPENAI_SAMPLING_NAMES.get(k, k): v for k, v in theirs.items()}
+            if parsed != theirs and all(k in renamed and renamed[k] == v for k, v in parsed.items()):
+                return True
+    return False
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

@@ -13,7 +13,8 @@ import math
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.command import RemoveFlag
+from specdoctor.tools.command import RemoveFlag, SetFlag
+from specdoctor.tools.sglang_facts import OPENAI_SAMPLING_NAMES
 
 # SamplingParams.verify: (lowest, highest, lowest excluded, highest excluded).
 _SAMPLING_RANGES = {
@@ -40,6 +41,7 @@ _LIST_FIELDS = ("architectures",)
 def check_values(view: CommandView) -> list[Finding]:
     return (
         _sampling_defaults(view)
+        + _sampling_keys(view)
         + _empty_budgets(view)
         + _pages_in_the_pool(view)
         + _override_shapes(view)
@@ -125,6 +127,35 @@ def preferred_sampling(view: CommandView) -> dict[str, object]:
     except ValueError:
         return {}
     return params if isinstance(params, dict) else {}
+
+
+def _sampling_keys(view: CommandView) -> list[Finding]:
+    """Keys SamplingParams does not take: every request built on the defaults fails (500), the warm-up first."""
+    params, known = preferred_sampling(view), view.facts.sampling_params
+    unknown = [k for k in params if known and k not in known]
+    if not unknown:
+        return []
+    renamed = {
+        k: OPENAI_SAMPLING_NAMES[k]
+        for k in unknown
+        if OPENAI_SAMPLING_NAMES.get(k) in known and OPENAI_SAMPLING_NAMES[k] not in params
+    }
+    fixed = {renamed.get(k, k): v for k, v in params.items() if k in renamed or k not in unknown}
+    what = ", ".join(f"{k} (SGLang's {renamed[k]})" if k in renamed else k for k in unknown)
+    return [
+        Finding(
+            code="sampling-key-unknown",
+            severity="error",
+            category="other",
+            flag="--preferred-sampling-params",
+            message=f"--preferred-sampling-params has keys SGLang's sampling parameters do not take: {what}; "
+            "every request that uses the defaults fails, its own warm-up first",
+            edits=(SetFlag(flag="--preferred-sampling-params", values=(json.dumps(fixed),)),),
+            why="the same defaults under the names SGLang's SamplingParams has"
+            + ("" if len(renamed) == len(unknown) else "; keys it has no name for are left out"),
+            confidence=0.7 if len(renamed) == len(unknown) else 0.45,
+        )
+    ]
 
 
 def _sampling_defaults(view: CommandView) -> list[Finding]:

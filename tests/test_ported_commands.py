@@ -49,3 +49,30 @@ def test_a_metrics_scrape_that_gets_404_adds_enable_metrics() -> None:
         decided(f"{SERVE} --enable-metrics", lines, "runs-but-degraded")["playbook"]
         != "sglang.request.metrics-off"
     )
+
+
+def test_openai_names_in_the_default_sampling_parameters_become_sglangs() -> None:
+    # SamplingParams has no `max_tokens`: every request built on the defaults gets a 500, the warm-up first.
+    contract = blind("corpus-real-engine-19", "preferred-sampling-params-openai-max-tokens-key")
+    assert contract["edits"] == [
+        {
+            "op": "set",
+            "flag": "--preferred-sampling-params",
+            "values": ['{"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 512}'],
+        }
+    ]
+    lines = recorded_lines("preferred-sampling-openai-seed-key-serve.rc137.txt")
+    command = f'{SERVE} --preferred-sampling-params \'{{"seed": 7, "temperature": 0.7}}\''
+    assert decided(command, lines)["edits"] == [
+        {
+            "op": "set",
+            "flag": "--preferred-sampling-params",
+            "values": ['{"sampling_seed": 7, "temperature": 0.7}'],
+        }
+    ]
+    # The gate takes the user's own values under SGLang's names, and nothing added.
+    spec = LaunchCommand.parse(command)
+    renamed = SetFlag(flag="--preferred-sampling-params", values=('{"sampling_seed": 7}',))
+    assert not invalid_edits(spec, [renamed], CAT)
+    added = SetFlag(flag="--preferred-sampling-params", values=('{"sampling_seed": 8}',))
+    assert invalid_edits(spec, [added], CAT)

@@ -88,6 +88,15 @@ class Endpoints(BaseModel):
     ping: str = "/ping"
 
 
+OPENAI_SAMPLING_NAMES = {
+    "max_tokens": "max_new_tokens",
+    "max_completion_tokens": "max_new_tokens",
+    "min_tokens": "min_new_tokens",
+    "seed": "sampling_seed",
+}
+"""The OpenAI API's names (vLLM's and OpenAI's docs) of SGLang's sampling parameters."""
+
+
 class EngineFacts(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
     version: str = Field(description="The release these facts were read from.")
@@ -107,6 +116,12 @@ class EngineFacts(BaseModel):
     chat_templates: tuple[str, ...] = Field(
         default=(),
         description="Names --chat-template accepts besides a file: the conversation templates SGLang registers.",
+    )
+
+    sampling_params: tuple[str, ...] = Field(
+        default=(),
+        description="Keys SamplingParams takes (--preferred-sampling-params, a request's sampling_params); "
+        "empty where not read.",
     )
 
     def named_values(self, flag: str) -> tuple[str, ...]:
@@ -202,6 +217,42 @@ def releases() -> dict[str, EngineFacts]:
                 "minicpmo",
                 "kimi-vl",
                 "qwen2-audio",
+            ),
+            # srt/sampling/sampling_params.py: the fields of `class SamplingParams(msgspec.Struct)`.
+            sampling_params=(
+                "max_new_tokens",
+                "stop",
+                "stop_token_ids",
+                "stop_regex",
+                "temperature",
+                "top_p",
+                "top_k",
+                "min_p",
+                "frequency_penalty",
+                "presence_penalty",
+                "repetition_penalty",
+                "min_new_tokens",
+                "n",
+                "beam_width",
+                "json_schema",
+                "regex",
+                "ebnf",
+                "structural_tag",
+                "ignore_eos",
+                "skip_special_tokens",
+                "spaces_between_special_tokens",
+                "no_stop_trim",
+                "stream_interval",
+                "logit_bias",
+                "sampling_seed",
+                "custom_params",
+                "watermark",
+                "stop_strs",
+                "stop_regex_strs",
+                "stop_str_max_len",
+                "stop_regex_max_len",
+                "is_normalized",
+                "ebnf_full_assistant",
             ),
         ),
     }
