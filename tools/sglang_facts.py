@@ -97,6 +97,44 @@ OPENAI_SAMPLING_NAMES = {
 """The OpenAI API's names (vLLM's and OpenAI's docs) of SGLang's sampling parameters."""
 
 
+_SAMPLING_PARAMS = (
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "beam_width",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "watermark",
+    "stop_strs",
+    "stop_regex_strs",
+    "stop_str_max_len",
+    "stop_regex_max_len",
+    "is_normalized",
+    "ebnf_full_assistant",
+)
+"""srt/sampling/sampling_params.py (0.5.23): the fields of `class SamplingParams(msgspec.Struct)`."""
+
+
 class EngineFacts(BaseModel):
     model_config = ConfigDict(frozen=True, defer_build=True)
     version: str = Field(description="The release these facts were read from.")
@@ -218,42 +256,7 @@ def releases() -> dict[str, EngineFacts]:
                 "kimi-vl",
                 "qwen2-audio",
             ),
-            # srt/sampling/sampling_params.py: the fields of `class SamplingParams(msgspec.Struct)`.
-            sampling_params=(
-                "max_new_tokens",
-                "stop",
-                "stop_token_ids",
-                "stop_regex",
-                "temperature",
-                "top_p",
-                "top_k",
-                "min_p",
-                "frequency_penalty",
-                "presence_penalty",
-                "repetition_penalty",
-                "min_new_tokens",
-                "n",
-                "beam_width",
-                "json_schema",
-                "regex",
-                "ebnf",
-                "structural_tag",
-                "ignore_eos",
-                "skip_special_tokens",
-                "spaces_between_special_tokens",
-                "no_stop_trim",
-                "stream_interval",
-                "logit_bias",
-                "sampling_seed",
-                "custom_params",
-                "watermark",
-                "stop_strs",
-                "stop_regex_strs",
-                "stop_str_max_len",
-                "stop_regex_max_len",
-                "is_normalized",
-                "ebnf_full_assistant",
-            ),
+            sampling_params=_SAMPLING_PARAMS,
         ),
     }
 
