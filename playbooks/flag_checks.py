@@ -23,6 +23,7 @@ from specdoctor.tools.command import (
     RenameFlag,
     SetFlag,
 )
+from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
 from specdoctor.tools.help_parser import FlagInfo
 from specdoctor.tools.sglang_facts import facts_for
@@ -357,6 +358,16 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
         why = f"{target} is the choice SGLang spells for `{value}`"
     else:
         values, why = (), ""
+    # No choice is close: a tuning setting goes back to SGLang's own pick (a value of an older release, a
+    # backend another engine has); what is served or loaded is the person's to choose.
+    dropped = not values and edit_policy().flag(flag.name).edit_class == "tuning"
+    edits = (
+        (SetFlag(flag=opt.name, values=values),)
+        if values
+        else (RemoveFlag(flag=opt.name),)
+        if dropped
+        else ()
+    )
     return [
         Finding(
             code="invalid-choice",
@@ -365,9 +376,10 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
             flag=opt.name,
             message=message,
             evidence=(f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",),
-            edits=(SetFlag(flag=opt.name, values=values),) if values else (),
-            why=why,
-            confidence=0.95 if values else 0.0,
+            edits=edits,
+            why=why
+            or ("no choice is close to it; without the flag SGLang picks its default" if dropped else ""),
+            confidence=0.95 if values else 0.6 if dropped else 0.0,
         )
     ]
 

@@ -76,3 +76,19 @@ def test_openai_names_in_the_default_sampling_parameters_become_sglangs() -> Non
     assert not invalid_edits(spec, [renamed], CAT)
     added = SetFlag(flag="--preferred-sampling-params", values=('{"sampling_seed": 8}',))
     assert invalid_edits(spec, [added], CAT)
+
+
+def test_a_choice_nothing_is_close_to_goes_back_to_sglangs_pick_for_a_tuning_setting() -> None:
+    # "tc_piecewise was removed" (an older release's value), vLLM's "xformers": no choice is close, and a
+    # backend is how the same model runs, so SGLang's own pick replaces it.
+    contract = blind("corpus-real-engine-19", "removed-cuda-graph-backend-tc-piecewise")
+    assert contract["edits"] == [{"op": "remove", "flag": "--cuda-graph-backend-prefill"}]
+    lines = recorded_lines("attention-backend-vllm-xformers-serve.rc2.txt")
+    decision = decided(f"{SERVE} --attention-backend xformers", lines, "parse-error")
+    assert (decision["edits"], decision["confidence"]) == (
+        [{"op": "remove", "flag": "--attention-backend"}],
+        0.6,
+    )
+    # A choice of what is loaded is the person's: no guess for a quantization nothing is close to.
+    quantized = decided(f"{SERVE} --quantization int3", lines, "parse-error")
+    assert {"op": "remove", "flag": "--quantization"} not in quantized["edits"]
