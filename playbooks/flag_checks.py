@@ -45,6 +45,9 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if spec.is_serve_cli and opt.name in (serve := facts_for(catalog.version).serve_options):
             findings.extend(_serve_option(opt, serve[opt.name]))
             continue
+        if (renamed := _switch_renamed(opt, catalog)) is not None:
+            findings.append(renamed)
+            continue
         resolution = catalog.resolve(opt.name)
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
@@ -55,6 +58,41 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
 
 
 _HELP = ("--help", "-h")
+
+
+def _switch_renamed(opt: Option, catalog: FlagCatalog) -> Finding | None:
+    """A switch of an older release that this one spells `--enable-...` (0.4's `--return-hidden-states`
+    is `--enable-return-hidden-states`): argparse would read it as an abbreviation of a longer flag, or
+    reject it."""
+    current = catalog.get(f"--enable-{opt.name.removeprefix('--')}")
+    if opt.values or catalog.get(opt.name) is not None or current is None or current.nargs != 0:
+        return None
+    older = next((v for v in _older_releases(catalog.version) if _is_switch_in(v, opt.name)), None)
+    if older is None:
+        return None
+    return Finding(
+        code="switch-renamed",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} is SGLang {older}'s switch; SGLang {catalog.version} spells it {current.name}",
+        edits=(RenameFlag(flag=opt.name, to=current.name),),
+        why=f"the same switch under its {catalog.version} name",
+        confidence=0.9,
+    )
+
+
+def _older_releases(version: str) -> list[str]:
+    from specdoctor.tools.catalog_load import bundled_versions
+
+    return [v for v in bundled_versions() if v != version]
+
+
+def _is_switch_in(version: str, name: str) -> bool:
+    from specdoctor.tools.catalog_load import bundled
+
+    found = bundled(version).get(name)
+    return found is not None and found.name == name and found.nargs == 0
 
 
 def _serve_option(opt: Option, choices: tuple[str, ...]) -> list[Finding]:

@@ -274,6 +274,8 @@ def _rename_problem(edit: RenameFlag, command: LaunchCommand, catalog: FlagCatal
         or (resolved.synonym is not None and resolved.synonym.target == target.name)
         # Another release reads this spelling as an abbreviation: argparse only expands prefixes.
         or (target.name.startswith(edit.flag) and target.name != edit.flag)
+        # An older release's switch, which this one spells with `--enable-` (SGLang's naming of switches).
+        or (target.name == f"--enable-{edit.flag.removeprefix('--')}" and target.nargs == 0)
     )
     if not explained:
         return f"nothing in SGLang {catalog.version}'s flags makes {edit.flag} mean {target.name}"

@@ -58,7 +58,7 @@ FLOORS = {
     "corpus-real-engine-16": (8, 0),
     "corpus-real-engine-17": (7, 0),
     "corpus-real-engine-18": (3, 0),
-    "corpus-real-engine-19": (6, 0),
+    "corpus-real-engine-19": (7, 0),
 }
 
 

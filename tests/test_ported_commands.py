@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.playbooks.view import as_int, human_spelling
-from specdoctor.tools.command import LaunchCommand, SetFlag
-from tests.recorded import SERVE, blind, decided, recorded_lines
+from specdoctor.tools.command import LaunchCommand, RenameFlag, SetFlag
+from tests.recorded import PY, SERVE, blind, decided, recorded_lines
 from tests.test_corpus_scores import CAT
 
 
@@ -92,3 +92,21 @@ def test_a_choice_nothing_is_close_to_goes_back_to_sglangs_pick_for_a_tuning_set
     # A choice of what is loaded is the person's: no guess for a quantization nothing is close to.
     quantized = decided(f"{SERVE} --quantization int3", lines, "parse-error")
     assert {"op": "remove", "flag": "--quantization"} not in quantized["edits"]
+
+
+def test_an_older_releases_switch_gets_this_releases_enable_spelling() -> None:
+    # 0.4.3's --return-hidden-states is 0.5.23's --enable-return-hidden-states; argparse would otherwise
+    # expand it to --return-hidden-states-mode and ask for a value.
+    contract = blind("corpus-real-engine-19", "old-flag-return-hidden-states-prefix-of-mode")
+    renamed = {
+        "op": "rename",
+        "flag": "--return-hidden-states",
+        "to": "--enable-return-hidden-states",
+        "values": None,
+    }
+    assert contract["edits"] == [renamed]
+    lines = recorded_lines("return-hidden-states-old-switch-launch-server.rc2.txt")
+    assert decided(f"{PY} --return-hidden-states", lines, "parse-error")["edits"] == [renamed]
+    # The gate renames only to the same name's --enable- switch.
+    spec = LaunchCommand.parse(f"{PY} --return-hidden-states")
+    assert invalid_edits(spec, [RenameFlag(flag="--return-hidden-states", to="--enable-metrics")], CAT)
