@@ -195,6 +195,10 @@ def _env_suspects(ctx: Context, error: str, stack: str) -> Iterator[Suspect | No
             if off
             else (UnsetEnv(name=name),)
         )
+        if _quoted(name, value, error):
+            # `... does not support SGLANG_X=1`: the variable and its value, as the command set them.
+            yield _suspect(name, "value in error", (f"{name}={value}",), edits)
+            continue
         yield _strongest(name, [], (re.sub(r"^(?:SGLANG|SGL)_", "", name),), error, stack, edits)
 
 

@@ -36,3 +36,18 @@ def test_the_gate_unsets_a_persons_engine_variable_but_no_other() -> None:
     assert not invalid_edits(command, [UnsetEnv(name="SGLANG_ROLE_NAMESPACES")], CAT)
     for name in ("HF_TOKEN", "CUDA_VISIBLE_DEVICES", "SGLANG_NOT_GIVEN"):
         assert invalid_edits(command, [UnsetEnv(name=name)], CAT), name
+
+
+def test_a_variable_the_error_quotes_with_its_value_is_the_suspect_and_is_unset() -> None:
+    # "LoRA with EAGLE/NEXTN/EAGLE3 speculative decoding does not support SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1":
+    # the error names the variable with the command's value; LoRA and the draft stay.
+    contract = blind("corpus-real-engine-20", "lora-with-eagle3-env-overlap-plan-stream")
+    assert contract["edits"] == [{"op": "unset_env", "name": "SGLANG_ENABLE_OVERLAP_PLAN_STREAM"}]
+    lines = recorded_lines("env-overlap-plan-stream-lora-eagle3-serve.rc1.txt")
+    command = (
+        f"SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1 {SERVE} --enable-lora --max-lora-rank 8 --lora-target-modules q_proj "
+        "--speculative-algorithm EAGLE3 --speculative-draft-model-path /models/tiny-eagle3"
+    )
+    assert decided(command, lines)["edits"] == [
+        {"op": "unset_env", "name": "SGLANG_ENABLE_OVERLAP_PLAN_STREAM"}
+    ]
