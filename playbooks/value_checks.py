@@ -43,6 +43,7 @@ def check_values(view: CommandView) -> list[Finding]:
         _sampling_defaults(view)
         + _sampling_keys(view)
         + _empty_budgets(view)
+        + _all_and_names(view)
         + _pages_in_the_pool(view)
         + _override_shapes(view)
         + _node_rank(view)
@@ -224,5 +225,25 @@ def _pages_in_the_pool(view: CommandView) -> list[Finding]:
             why="SGLang's default page size is the backend's own (1 token on most); with it the pool has room to "
             "schedule",
             confidence=0.7,
+        )
+    ]
+
+
+def _all_and_names(view: CommandView) -> list[Finding]:
+    """--lora-target-modules `all` means every module; SGLang asserts it stands alone (lora_hook:
+    "If 'all' is specified ..., it should be the only module specified")."""
+    modules = (view.get("--lora-target-modules") or "").split()
+    if "all" not in modules or len(modules) == 1:
+        return []
+    return [
+        Finding(
+            code="lora-all-with-names",
+            severity="error",
+            category="other",
+            flag="--lora-target-modules",
+            message=f"--lora-target-modules {' '.join(modules)}: `all` already names every module and must stand alone",
+            edits=(SetFlag(flag="--lora-target-modules", values=("all",)),),
+            why="`all` covers the modules listed with it",
+            confidence=0.8,
         )
     ]

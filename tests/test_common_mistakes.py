@@ -132,3 +132,15 @@ def test_a_group_size_the_tp_size_does_not_divide_is_a_parallel_layout_fault(nam
     )
     decision = decide(ctx)
     assert (decision.category, decision.edits) == ("tp-config", (RemoveFlag(flag=flag),))
+
+
+def test_lora_target_all_with_names_is_all_alone_before_a_launch() -> None:
+    # SGLang asserts `all` stands alone (lora_hook.check_lora_server_args); preflight says so first.
+    from specdoctor.playbooks.value_checks import check_values
+
+    case = json.loads(
+        (DATA.parent / "corpus-real-engine-20" / "lora-target-modules-all-mixed-with-names.json").read_text()
+    )
+    (found,) = [f for f in check_values(CommandView(LaunchCommand.parse(case["command"]), CAT)) if f.flag]
+    assert found.edits == (SetFlag(flag="--lora-target-modules", values=("all",)),)
+    assert not check_values(CommandView(LaunchCommand.parse(f"{PY} --lora-target-modules all"), CAT))
