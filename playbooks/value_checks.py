@@ -232,7 +232,7 @@ def _pages_in_the_pool(view: CommandView) -> list[Finding]:
 def _all_and_names(view: CommandView) -> list[Finding]:
     """--lora-target-modules `all` means every module; SGLang asserts it stands alone (lora_hook:
     "If 'all' is specified ..., it should be the only module specified")."""
-    modules = (view.get("--lora-target-modules") or "").split()
+    modules = [v for o in view.spec.find("--lora-target-modules", view.canon) for v in o.values]
     if "all" not in modules or len(modules) == 1:
         return []
     return [
