@@ -60,6 +60,7 @@ FLOORS = {
     "corpus-real-engine-18": (3, 0),
     "corpus-real-engine-19": (7, 0),
     "corpus-real-engine-20": (11, 1),
+    "corpus-real-engine-21": (4, 0),
 }
 
 

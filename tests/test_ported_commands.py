@@ -110,3 +110,12 @@ def test_an_older_releases_switch_gets_this_releases_enable_spelling() -> None:
     # The gate renames only to the same name's --enable- switch.
     spec = LaunchCommand.parse(f"{PY} --return-hidden-states")
     assert invalid_edits(spec, [RenameFlag(flag="--return-hidden-states", to="--enable-metrics")], CAT)
+
+
+def test_vllms_tool_call_parser_names_become_sglangs() -> None:
+    contract = blind("corpus-real-engine-21", "tool-call-parser-vllm-llama3-json-name")
+    assert contract["edits"] == [{"op": "set", "flag": "--tool-call-parser", "values": ["llama3"]}]
+    lines = recorded_lines("tool-call-parser-vllm-llama4-pythonic-serve.rc2.txt")
+    assert decided(f"{SERVE} --tool-call-parser llama4_pythonic", lines, "parse-error")["edits"] == [
+        {"op": "set", "flag": "--tool-call-parser", "values": ["pythonic"]}
+    ]

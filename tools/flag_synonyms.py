@@ -163,5 +163,8 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
         "llama-4": "pythonic",
         "llama3.1": "llama3",
         "llama3.2": "llama3",
+        # vLLM's parser names (its docs' --tool-call-parser values).
+        "llama3_json": "llama3",
+        "llama4_pythonic": "pythonic",
     },
 }
