@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
+from functools import cache
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.json_values import as_json, is_json, reads_json
@@ -88,6 +89,7 @@ def _older_releases(version: str) -> list[str]:
     return [v for v in bundled_versions() if v != version]
 
 
+@cache
 def _is_switch_in(version: str, name: str) -> bool:
     from specdoctor.tools.catalog_load import bundled
 

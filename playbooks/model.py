@@ -308,6 +308,8 @@ def _the_commands_context_cap(ctx: Context, allowed: int, asked: int | None) -> 
 
 
 _WARMUP = re.compile(r"warmup error|_execute_server_warmup")
+_FALLBACK_CONTEXT = 2048
+"""The context given a model whose config is shorter than the warm-up, when the command caps no pool."""
 
 
 def _the_models_context_fails_warmup(ctx: Context, allowed: int, asked: int | None) -> Decision | None:
@@ -328,9 +330,6 @@ def _the_models_context_fails_warmup(ctx: Context, allowed: int, asked: int | No
         f"wrong; {length} tokens lets the server start — check the length the model was trained for",
         confidence=0.45,
     )
-
-
-_FALLBACK_CONTEXT = 2048
 
 
 def _model_allows_more(ctx: Context, asked: int) -> bool:

@@ -10,6 +10,7 @@ from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of, named_exactly, named_in
 from specdoctor.playbooks.take_back import its_settings
+from specdoctor.playbooks.view import as_float
 from specdoctor.tools.command import RemoveFlag
 
 _ZERO_FAILURE = (
@@ -43,7 +44,7 @@ def zero_the_user_chose(ctx: Context, m: re.Match[str] | None) -> Decision | Non
         category_of(flag),
         f'{flag} 0 is not "off" for SGLang: it failed on the zero ({said})',
         why=(f"the failing code reads {flag}" if named else f"{flag} is the only setting of the command at 0")
-        + f"; back at SGLang's default the launch has a {_kind(flag)} it can use",
+        + "; back at SGLang's default the launch has a value it can use",
         confidence=0.6 if named else 0.45,
     )
 
@@ -55,19 +56,6 @@ def _zero_settings(ctx: Context) -> list[str]:
         info = ctx.catalog.get(option.name)
         if info is None or info.choices or info.nargs == 0:
             continue
-        if (info.value_type in _NUMERIC or info.value_type is None) and any(
-            _is_zero(v) for v in option.values
-        ):
+        if (info.value_type in _NUMERIC or info.value_type is None) and 0 in map(as_float, option.values):
             found.append(info.name)
     return list(dict.fromkeys(found))
-
-
-def _is_zero(value: str) -> bool:
-    try:
-        return float(value) == 0
-    except ValueError:
-        return False
-
-
-def _kind(flag: str) -> str:
-    return "interval" if "interval" in flag else "size" if re.search(r"size|bs|tokens|len", flag) else "value"
