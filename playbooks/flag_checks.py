@@ -50,6 +50,9 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
             findings.append(renamed)
             continue
         resolution = catalog.resolve(opt.name)
+        if (misread := _value_after_abbreviated_switch(opt, resolution, catalog)) is not None:
+            findings.append(misread)
+            continue
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
             findings.extend(_value_findings(opt, resolution.flag, spec))
@@ -59,6 +62,29 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
 
 
 _HELP = ("--help", "-h")
+
+
+def _value_after_abbreviated_switch(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding | None:
+    # argparse expands `--quantize` to the switch --quantize-and-serve; a value after it says the command
+    # meant another program's option that takes one, so neither the switch nor the value is what it asked.
+    if r.status != "prefix" or r.flag is None or r.flag.nargs != 0 or not opt.values or _truthy(opt):
+        return None
+    stray = " ".join(opt.values)
+    owners = [f.name for f in catalog.flags if f.choices and opt.values[0] in f.choices]
+    hint = f"; `{opt.values[0]}` is a choice of {', '.join(owners[:3])}" if owners else ""
+    return Finding(
+        code="value-after-abbreviated-switch",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"SGLang reads {opt.name} as an abbreviation of the switch {r.flag.name}, which takes no value: "
+        f"`{stray}` is left over as an unrecognized argument{hint}",
+        evidence=(f"error: unrecognized arguments: {stray}",),
+        edits=(RemoveFlag(flag=opt.name),),
+        why=f"{opt.name} {stray} is another program's option; leaving it out keeps SGLang's default "
+        "(a checkpoint's own settings, such as its quantization, are read from its config)",
+        confidence=0.6,
+    )
 
 
 def _switch_renamed(opt: Option, catalog: FlagCatalog) -> Finding | None:
@@ -346,11 +372,15 @@ def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
     return None
 
 
+def _truthy(opt: Option) -> bool:
+    # `--trust-remote-code true`: the switch was meant, written the way a config file writes it.
+    return len(opt.values) == 1 and opt.values[0].lower() in ("true", "false", "1", "0", "yes", "no")
+
+
 def _switch_with_values(opt: Option, spec: LaunchCommand) -> list[Finding]:
     # `--trust-remote-code true` or a bare word after a switch; the word is a stray positional.
     stray = " ".join(opt.values)
-    truthy = len(opt.values) == 1 and opt.values[0].lower() in ("true", "false", "1", "0", "yes", "no")
-    if truthy:
+    if _truthy(opt):
         on = opt.values[0].lower() in ("true", "1", "yes")
         edit: Edit = SetFlag(flag=opt.name) if on else RemoveFlag(flag=opt.name)
         return [
@@ -386,7 +416,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     listed = ", ".join(choices[:12]) + (" ..." if len(choices) > 12 else "")
     message = f"{opt.name} {value} is not one of SGLang's choices ({listed})"
     pieces = [p.strip() for p in value.split(",")]
-    target = _closest_choice(flag.name, value, choices)
+    target = closest_choice(flag.name, value, choices)
     if flag.nargs in ("+", "*") and len(pieces) > 1 and all(p in choices for p in pieces):
         # A list flag takes its values space-separated; `q_proj,v_proj` is one value argparse does not know.
         values = tuple(v for w in opt.values for v in (pieces if w == value else [w]))
@@ -424,7 +454,9 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     ]
 
 
-def _closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | None:
+def closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | None:
+    """The one choice `value` is a respelling of (case, `-`/`_`, a known synonym, a near typo); None when no
+    choice is clearly closest."""
     mapped = VALUE_SYNONYMS.get(flag, {}).get(value) or VALUE_SYNONYMS.get(flag, {}).get(value.upper())
     if mapped in choices:
         return mapped

@@ -96,6 +96,47 @@ stop_rules(
 
 
 @playbook(
+    id="sglang.model.tokenizer-file-read-as-tiktoken",
+    category="model-path",
+    pattern=r"tiktoken",
+    priority=30,
+)
+def tokenizer_file_read_as_tiktoken(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang takes a --tokenizer-path ending in .json for a tiktoken tokenizer file (get_tokenizer in
+    srt/utils/hf_transformers/tokenizer.py branches on the suffix alone). A Hugging Face tokenizer.json or
+    tokenizer_config.json given there fails in that reader, or on the tiktoken import: HF tokenizers are
+    given by their folder."""
+    path = ctx.view.get("--tokenizer-path") or ""
+    if not path.endswith(".json") or not _not_a_tiktoken_file(path, ctx.root_text):
+        return None
+    folder = path.rsplit("/", 1)[0] if "/" in path else "."
+    same = folder.rstrip("/") == (ctx.view.get("--model-path") or "").rstrip("/")
+    edit = RemoveFlag(flag="--tokenizer-path") if same else SetFlag(flag="--tokenizer-path", values=(folder,))
+    return fix(
+        ctx,
+        [edit],
+        "model-path",
+        f"--tokenizer-path {path} is a file: SGLang reads a path ending in .json as a tiktoken tokenizer",
+        why="a Hugging Face tokenizer is loaded from its folder"
+        + (", which is the model's own: SGLang reads it from --model-path without the flag" if same else ""),
+        evidence=ctx.evidence(r"tiktoken"),
+        confidence=0.7,
+    )
+
+
+_HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
+
+
+def _not_a_tiktoken_file(path: str, error: str) -> bool:
+    # The reader failing on the file's keys says it is no tiktoken file, whatever its name; a missing tiktoken
+    # package says so only for the file names a Hugging Face tokenizer folder holds (a real tiktoken .json
+    # needs the package installed instead).
+    if re.search(r"tiktoken_tokenizer\.py", error) and "No module named" not in error:
+        return True
+    return "No module named 'tiktoken'" in error and path.rsplit("/", 1)[-1] in _HF_TOKENIZER_FILES
+
+
+@playbook(
     id="sglang.model.remote-code",
     category="trust-remote-code",
     # transformers' own wording; a bare `trust_remote_code=True` anywhere in a log is not a request for it.

@@ -12,8 +12,9 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.flag_checks import closest_choice
 from specdoctor.playbooks.view import CommandView
-from specdoctor.tools.command import RemoveFlag, SetFlag
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
 
 _ADAPTER_MISSING = r"requested LoRA adapters? (?:are|is) not loaded: (?P<adapter>[^\s'\"\\,]+)"
 
@@ -88,28 +89,70 @@ def no_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 @playbook(
     id="sglang.serving.unknown-chat-template",
     category="other",
-    pattern=r"Chat template \S+ is not a built-in template name or a valid chat template file path",
+    pattern=r"(Chat|Completion) template (\S+) is not a built-in template name or a valid \w+ template file path",
     priority=30,
 )
 def unknown_chat_template(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """--chat-template names neither a template SGLang registers nor a file here."""
-    if not ctx.view.has("--chat-template"):
+    """--chat-template or --completion-template names neither a template SGLang registers nor a file here
+    (a chat template's name given to --completion-template is one: the two lists are separate)."""
+    flag = f"--{m.group(1).lower()}-template" if m else "--chat-template"
+    if not ctx.view.has(flag):
         return None
+    built_in = ctx.view.facts.named_values(flag)
+    value = ctx.view.get(flag) or ""
+    if (meant := closest_choice(flag, value, built_in)) is not None:
+        edit: Edit = SetFlag(flag=flag, values=(meant,))
+        why = f"{meant} is the template SGLang registers under a name close to `{value}`"
+    else:
+        edit, why = RemoveFlag(flag=flag), _without(flag) + _naming_a_template(flag, built_in)
     return fix(
         ctx,
-        [RemoveFlag(flag="--chat-template")],
+        [edit],
         "other",
-        f"--chat-template {ctx.view.get('--chat-template')} is neither a template SGLang has nor a file",
-        why="without --chat-template SGLang uses the chat template the tokenizer ships; "
-        + _naming_a_template(ctx.view.facts.chat_templates),
+        f"{flag} {value} is neither a template SGLang has for it nor a file",
+        why=why,
         evidence=(m.group(0),) if m else (),
         confidence=0.6,
     )
 
 
-def _naming_a_template(built_in: tuple[str, ...]) -> str:
-    names = f" ({', '.join(built_in[:6])}, ...)" if built_in else ""
-    return f"another is named by --chat-template NAME{names} or a .jinja file"
+@playbook(
+    id="sglang.serving.unknown-hf-template-name",
+    category="other",
+    pattern=r"Specified template '([^']+)' not found\. Available templates: \[([^\]]*)\]",
+    priority=30,
+)
+def unknown_hf_template_name(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--hf-chat-template-name names no template of the model's tokenizer_config.json. SGLang logs the
+    names it has and goes on with the whole list, which later code cannot read, so the launch dies
+    elsewhere: the name is the fault."""
+    if m is None or not ctx.view.has("--hf-chat-template-name"):
+        return None
+    available = tuple(re.findall(r"'([^']+)'", m.group(2)))
+    first = f" ({available[0]})" if available else ""
+    # The names come from the log (the model's tokenizer_config.json): data to show, never a value to set.
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--hf-chat-template-name")],
+        "other",
+        f"--hf-chat-template-name {m.group(1)} is not one of the model's chat templates "
+        f"(the log lists: {', '.join(available) or 'none'})",
+        why=f"without the flag SGLang uses the model's first template{first}; to choose another, give "
+        "--hf-chat-template-name one of the listed names",
+        evidence=(m.group(0),),
+        confidence=0.6,
+    )
+
+
+def _without(flag: str) -> str:
+    if flag == "--chat-template":
+        return "without --chat-template SGLang uses the chat template the tokenizer ships; "
+    return f"without {flag} SGLang serves /v1/completions with the prompt as given; "
+
+
+def _naming_a_template(flag: str, built_in: tuple[str, ...]) -> str:
+    names = f" ({', '.join(built_in[:6])}{', ...' if len(built_in) > 6 else ''})" if built_in else ""
+    return f"another is named by {flag} NAME{names} or a file"
 
 
 @playbook(

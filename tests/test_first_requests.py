@@ -164,3 +164,49 @@ def test_a_chat_template_file_sglang_cannot_read_as_one_is_taken_back() -> None:
     assert decided(command, lines)["playbook"] == "sglang.request.chat-template-unreadable"
     # The same crash in a launch without --chat-template is the model's template: not this rule's.
     assert decided(SERVE, lines)["playbook"] != "sglang.request.chat-template-unreadable"
+
+
+def test_a_completion_template_sglang_does_not_register_is_respelled_or_taken_back() -> None:
+    # --completion-template has its own short list (fill-in-the-middle templates), not the chat ones.
+    contract = blind("corpus-real-engine-21", "completion-template-given-chat-template-name")
+    assert contract["edits"] == [{"op": "remove", "flag": "--completion-template"}]
+    lines = recorded_lines("completion-template-dash-spelling.rc1.txt")
+    respelled = decided(f"{PY} --completion-template deepseek-coder", lines)
+    assert (respelled["playbook"], respelled["edits"]) == (
+        "sglang.serving.unknown-chat-template",
+        [{"op": "set", "flag": "--completion-template", "values": ["deepseek_coder"]}],
+    )
+    # Without the flag the same line is not this command's to fix.
+    assert decided(PY, lines)["playbook"] != "sglang.serving.unknown-chat-template"
+
+
+def test_a_named_chat_template_the_model_does_not_have_is_taken_back() -> None:
+    # SGLang logs the names the tokenizer_config.json holds, then dies elsewhere on the unselected list.
+    # The names are the log's (untrusted) words: shown to the person, never set by the tool.
+    contract = blind("corpus-real-engine-21", "hf-chat-template-name-not-in-named-templates")
+    assert contract["edits"] == [{"op": "remove", "flag": "--hf-chat-template-name"}]
+    lines = recorded_lines("hf-chat-template-name-wrong-case.rc1.txt")
+    command = "python -m sglang.launch_server --model-path /models/tiny-llama-named-templates --device cpu"
+    wrong_case = decided(f"{command} --hf-chat-template-name RAG", lines)
+    assert (wrong_case["playbook"], wrong_case["edits"]) == (
+        "sglang.serving.unknown-hf-template-name",
+        [{"op": "remove", "flag": "--hf-chat-template-name"}],
+    )
+    assert decided(command, lines)["playbook"] != "sglang.serving.unknown-hf-template-name"
+
+
+def test_a_tokenizer_file_given_for_the_tokenizer_folder_becomes_its_folder() -> None:
+    # SGLang reads a --tokenizer-path ending in .json as a tiktoken file: a HF file there fails in that reader.
+    contract = blind("corpus-real-engine-21", "tokenizer-path-points-at-tokenizer-json-file")
+    assert contract["edits"] == [{"op": "remove", "flag": "--tokenizer-path"}]
+    lines = recorded_lines("tokenizer-path-tokenizer-config-json-file.rc1.txt")  # tiktoken not installed
+    own = decided(f"{PY} --tokenizer-path /models/tiny-llama/tokenizer_config.json", lines)
+    assert (own["playbook"], own["edits"]) == (
+        "sglang.model.tokenizer-file-read-as-tiktoken",
+        [{"op": "remove", "flag": "--tokenizer-path"}],
+    )
+    other = decided(f"{PY} --tokenizer-path /data/tok/tokenizer.json", lines)
+    assert other["edits"] == [{"op": "set", "flag": "--tokenizer-path", "values": ["/data/tok"]}]
+    # A real tiktoken file needs the package: not this rule's.
+    tiktoken = decided(f"{PY} --tokenizer-path /data/tok/grok-2.json", lines)
+    assert tiktoken["playbook"] != "sglang.model.tokenizer-file-read-as-tiktoken"

@@ -119,3 +119,17 @@ def test_vllms_tool_call_parser_names_become_sglangs() -> None:
     assert decided(f"{SERVE} --tool-call-parser llama4_pythonic", lines, "parse-error")["edits"] == [
         {"op": "set", "flag": "--tool-call-parser", "values": ["pythonic"]}
     ]
+
+
+def test_a_value_after_a_switch_that_argparse_expanded_drops_the_option_it_meant() -> None:
+    # TGI's `--quantize awq`: argparse expands `--quantize` to the switch --quantize-and-serve and leaves the
+    # value over; the checkpoint declares its own quantization, so leaving the option out is the fix.
+    contract = blind("corpus-real-engine-19", "tgi-quantize-flag-prefix-of-quantize-and-serve")
+    assert contract["edits"] == [{"op": "remove", "flag": "--quantize"}]
+    lines = recorded_lines("tgi-quantize-fp8-abbreviates-quantize-and-serve.rc2.txt")
+    first = decided(f"{PY} --quantize fp8", lines, "parse-error")
+    assert first["edits"] == [{"op": "remove", "flag": "--quantize"}]
+    assert first["action"] == "fix"
+    # `--trust-remote true` meant the switch: it keeps it, written alone.
+    truthy = decided(f"{PY} --trust-remote true", lines, "parse-error")
+    assert {"op": "remove", "flag": "--trust-remote"} not in truthy["edits"]

@@ -155,6 +155,11 @@ class EngineFacts(BaseModel):
         default=(),
         description="Names --chat-template accepts besides a file: the conversation templates SGLang registers.",
     )
+    completion_templates: tuple[str, ...] = Field(
+        default=(),
+        description="Names --completion-template accepts besides a file: the code-completion (fill-in-the-middle) "
+        "templates SGLang registers; chat templates are not among them.",
+    )
 
     sampling_params: tuple[str, ...] = Field(
         default=(),
@@ -164,7 +169,35 @@ class EngineFacts(BaseModel):
 
     def named_values(self, flag: str) -> tuple[str, ...]:
         """Values of a free-text flag that name something built into SGLang (not a user's file or text)."""
-        return self.chat_templates if flag == "--chat-template" else ()
+        named = {"--chat-template": self.chat_templates, "--completion-template": self.completion_templates}
+        return named.get(flag, ())
+
+
+# srt/parser/conversation.py: register_conv_template(Conversation(name=...)).
+_CHAT_TEMPLATES = (
+    "llama-2",
+    "mistral",
+    "devstral",
+    "llama-4",
+    "phi-4-mm",
+    "chatml",
+    "chatml-llava",
+    "vicuna_v1.1",
+    "llama_3_vision",
+    "llava_llama_3",
+    "internlm2-chat",
+    "internvl-2-5",
+    "qwen2-vl",
+    "deepseek-vl2",
+    "gemma-it",
+    "minicpmv",
+    "janus-pro",
+    "minicpmo",
+    "kimi-vl",
+    "qwen2-audio",
+)
+# srt/parser/code_completion_parser.py: register_completion_template(CompletionTemplate(name=...)).
+_COMPLETION_TEMPLATES = ("deepseek_coder", "star_coder", "qwen_coder")
 
 
 _MTP_TARGETS = (
@@ -233,29 +266,8 @@ def releases() -> dict[str, EngineFacts]:
             ),
             acceptance=Acceptance(working={"NGRAM": 1.1}),
             serve_options={"--model-type": ("auto", "llm", "diffusion")},
-            # srt/parser/conversation.py: register_conv_template(Conversation(name=...)).
-            chat_templates=(
-                "llama-2",
-                "mistral",
-                "devstral",
-                "llama-4",
-                "phi-4-mm",
-                "chatml",
-                "chatml-llava",
-                "vicuna_v1.1",
-                "llama_3_vision",
-                "llava_llama_3",
-                "internlm2-chat",
-                "internvl-2-5",
-                "qwen2-vl",
-                "deepseek-vl2",
-                "gemma-it",
-                "minicpmv",
-                "janus-pro",
-                "minicpmo",
-                "kimi-vl",
-                "qwen2-audio",
-            ),
+            chat_templates=_CHAT_TEMPLATES,
+            completion_templates=_COMPLETION_TEMPLATES,
             sampling_params=_SAMPLING_PARAMS,
         ),
     }
