@@ -186,8 +186,31 @@ def _change_a_suspect(
             )
             if decision is not None:
                 return decision
+    if (checked := _checked_before_launch(ctx, reading)) is not None:
+        return checked
     for read in culprits:
         decision = _to_allowed_or_default(ctx, reading, read, several=len(culprits) > 1)
+        if decision is not None:
+            return decision
+    return None
+
+
+def _checked_before_launch(ctx: Context, reading: SiteReading) -> Decision | None:
+    """Preflight's own value check found the fault in a flag this engine check reads (`all` among other
+    LoRA modules): its edit keeps the feature the user asked for, where taking a flag back would not."""
+    read = {r.flag for r in reading.reads if r.flag and r.set_by_user}
+    for finding in ctx.findings:
+        if finding.severity != "error" or not finding.edits or ctx.view.canon(finding.flag or "") not in read:
+            continue
+        decision = fix(
+            ctx,
+            list(finding.edits),
+            check_category(reading),
+            f"SGLang's check at {where(reading)} failed on {finding.flag}: {finding.message}",
+            why=finding.why,
+            evidence=check_evidence(ctx, reading),
+            confidence=min(0.75, finding.confidence),
+        )
         if decision is not None:
             return decision
     return None

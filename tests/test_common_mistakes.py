@@ -16,7 +16,7 @@ from specdoctor.playbooks.gate import invalid_edits
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand, RemoveFlag, SetFlag
 from specdoctor.tools.gpu import parse_gpus_description
-from tests.recorded import blind, recorded_lines
+from tests.recorded import blind, decided, recorded_lines
 from tests.test_corpus_scores import CAT, contract_for
 
 DATA = Path(__file__).parent / "data" / "corpus-real-engine-13"
@@ -144,3 +144,16 @@ def test_lora_target_all_with_names_is_all_alone_before_a_launch() -> None:
     (found,) = [f for f in check_values(CommandView(LaunchCommand.parse(case["command"]), CAT)) if f.flag]
     assert found.edits == (SetFlag(flag="--lora-target-modules", values=("all",)),)
     assert not check_values(CommandView(LaunchCommand.parse(f"{PY} --lora-target-modules all"), CAT))
+
+
+def test_after_the_crash_the_engine_check_takes_the_value_checks_edit_not_the_feature_away() -> None:
+    # The check reads --enable-lora too; the value check's edit keeps LoRA on, as the user asked.
+    contract = blind("corpus-real-engine-20", "lora-target-modules-all-mixed-with-names")
+    assert contract["edits"] == [{"op": "set", "flag": "--lora-target-modules", "values": ["all"]}]
+    lines = recorded_lines("lora-target-modules-names-then-all.rc1.txt")
+    command = f"{PY} --enable-lora --max-lora-rank 8 --lora-target-modules q_proj v_proj all"
+    first = decided(command, lines)
+    assert (first["playbook"], first["edits"]) == (
+        "sglang.source.check",
+        [{"op": "set", "flag": "--lora-target-modules", "values": ["all"]}],
+    )
