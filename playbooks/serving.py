@@ -177,3 +177,32 @@ def queue_too_small_for_warmup(ctx: Context, m: re.Match[str] | None) -> Decisio
         evidence=(m.group(0),) if m else (),
         confidence=0.6,
     )
+
+
+@playbook(
+    id="sglang.serving.warmup-ids-beyond-the-vocabulary",
+    category="other",
+    pattern=r"index out of range in self|indexSelect\w*Index|vectorized_gather_kernel",
+    priority=30,
+)
+def warmup_ids_beyond_the_vocabulary(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--warmups names a warm-up that sends random token ids up to 65535; on a model with a smaller
+    vocabulary the first of them indexes past the embedding table and the scheduler dies before ready."""
+    given = ctx.view.spec.values("--warmups", ctx.catalog.canonical) or ()
+    names = [n for v in given for n in v.split(",") if n]
+    random_ids = [n for n in names if n in ctx.view.facts.random_id_warmups]
+    if not random_ids or not re.search(r"embed", ctx.root_text, re.IGNORECASE):
+        return None
+    rest = [n for n in names if n not in random_ids]
+    edit: Edit = SetFlag(flag="--warmups", values=(",".join(rest),)) if rest else RemoveFlag(flag="--warmups")
+    return fix(
+        ctx,
+        [edit],
+        "other",
+        f"the {', '.join(random_ids)} warm-up sends token ids up to 65535, past this model's vocabulary: "
+        "the embedding lookup fails",
+        why="SGLang's own warm-up request still runs without it; these warm-ups are made for models whose "
+        "vocabulary holds every id they draw",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.7,
+    )

@@ -210,3 +210,19 @@ def test_a_tokenizer_file_given_for_the_tokenizer_folder_becomes_its_folder() ->
     # A real tiktoken file needs the package: not this rule's.
     tiktoken = decided(f"{PY} --tokenizer-path /data/tok/grok-2.json", lines)
     assert tiktoken["playbook"] != "sglang.model.tokenizer-file-read-as-tiktoken"
+
+
+def test_a_warmup_of_random_ids_past_the_models_vocabulary_is_taken_back() -> None:
+    # voice_chat and prefill_shapes draw token ids from [0, 65536): a smaller vocabulary's embedding fails.
+    contract = blind("corpus-real-engine-21", "warmups-voice-chat-on-small-vocab-model")
+    assert contract["edits"] == [{"op": "remove", "flag": "--warmups"}]
+    lines = recorded_lines("warmups-prefill-shapes-small-vocab.rc137.txt")
+    assert decided(f"{PY} --warmups prefill_shapes", lines)["edits"] == [
+        {"op": "remove", "flag": "--warmups"}
+    ]
+    # Another warm-up of the user's stays.
+    assert decided(f"{PY} --warmups prefill_shapes,mine", lines)["edits"] == [
+        {"op": "set", "flag": "--warmups", "values": ["mine"]}
+    ]
+    # The same crash without those warm-ups is the model's (a tokenizer from a larger vocabulary).
+    assert decided(PY, lines)["playbook"] != "sglang.serving.warmup-ids-beyond-the-vocabulary"

@@ -155,6 +155,11 @@ class EngineFacts(BaseModel):
         default=(),
         description="Names --chat-template accepts besides a file: the conversation templates SGLang registers.",
     )
+    random_id_warmups: tuple[str, ...] = Field(
+        default=(),
+        description="--warmups names whose requests are random token ids drawn from [0, 65536) "
+        "(srt/entrypoints/warmup.py), which index past a smaller vocabulary's embedding.",
+    )
     completion_templates: tuple[str, ...] = Field(
         default=(),
         description="Names --completion-template accepts besides a file: the code-completion (fill-in-the-middle) "
@@ -268,6 +273,7 @@ def releases() -> dict[str, EngineFacts]:
             serve_options={"--model-type": ("auto", "llm", "diffusion")},
             chat_templates=_CHAT_TEMPLATES,
             completion_templates=_COMPLETION_TEMPLATES,
+            random_id_warmups=("voice_chat", "prefill_shapes"),
             sampling_params=_SAMPLING_PARAMS,
         ),
     }
