@@ -14,6 +14,7 @@ from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.json_values import json_container, reads_json
+from specdoctor.playbooks.suspects import is_tuning
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
 from specdoctor.tools.flag_synonyms import BY_WRITTEN
 from specdoctor.tools.similarity import score
@@ -71,7 +72,7 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         )
     lead = next((f for f in named_findings if f.edits), named_findings[0] if named_findings else None)
     if lead is None:
-        return None
+        return _value_refused(ctx, error_line)
     return fix(
         ctx,
         edits,
@@ -80,6 +81,27 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why=_why(named_findings),
         evidence=(error_line,),
         confidence=min(0.95, lead.confidence),
+    )
+
+
+_REFUSED = re.compile(r"argument (--[\w-]+)(?:/[\w/-]+)?: (.+)$")
+
+
+def _value_refused(ctx: Context, error_line: str) -> Decision | None:
+    """The flag's own type function refused its value with a message no static check knows (`unknown phase
+    'cudagraph_capture_sizes'` from --cuda-graph-config): a tuning flag goes back to SGLang's default."""
+    m = _REFUSED.search(error_line)
+    if m is None or not ctx.view.has(m.group(1)) or not is_tuning(ctx.view.canon(m.group(1))):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag=m.group(1))],
+        "flag-name",
+        f"SGLang's parser refused the value of {m.group(1)}: {m.group(2)}",
+        why=f"{m.group(1)} tunes how the model runs; without it SGLang uses its default, and the message says "
+        "what a value of it may hold",
+        evidence=(error_line,),
+        confidence=0.55,
     )
 
 

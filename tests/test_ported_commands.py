@@ -133,3 +133,17 @@ def test_a_value_after_a_switch_that_argparse_expanded_drops_the_option_it_meant
     # `--trust-remote true` meant the switch: it keeps it, written alone.
     truthy = decided(f"{PY} --trust-remote true", lines, "parse-error")
     assert {"op": "remove", "flag": "--trust-remote"} not in truthy["edits"]
+
+
+def test_a_value_the_flags_own_parser_refuses_sends_a_tuning_flag_back_to_its_default() -> None:
+    # vLLM's compilation-config keys in SGLang's --cuda-graph-config: its type function names the bad key.
+    contract = blind("corpus-real-engine-19", "cuda-graph-config-with-vllm-compilation-config-keys")
+    assert contract["edits"] == [{"op": "remove", "flag": "--cuda-graph-config"}]
+    lines = recorded_lines("cuda-graph-config-unknown-key-in-phase.rc2.txt")
+    command = f"""{PY} --cuda-graph-config '{{"decode": {{"max_batch_size": 8}}}}'"""
+    assert decided(command, lines, "parse-error")["edits"] == [
+        {"op": "remove", "flag": "--cuda-graph-config"}
+    ]
+    # A refused value of a flag that changes what is served is the person's to fix.
+    served = [*lines[:-1], "sglang serve: error: argument --served-model-name: bad name"]
+    assert decided(f"{PY} --served-model-name x", served, "parse-error")["action"] == "stop"
