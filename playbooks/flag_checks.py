@@ -25,7 +25,7 @@ from specdoctor.tools.command import (
     SetFlag,
 )
 from specdoctor.tools.edit_policy import edit_policy
-from specdoctor.tools.flag_synonyms import VALUE_SYNONYMS
+from specdoctor.tools.flag_synonyms import value_synonyms
 from specdoctor.tools.help_parser import FlagInfo
 from specdoctor.tools.sglang_facts import facts_for
 from specdoctor.tools.similarity import only_version_differs
@@ -457,7 +457,8 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
 def closest_choice(flag: str, value: str, choices: tuple[str, ...]) -> str | None:
     """The one choice `value` is a respelling of (case, `-`/`_`, a known synonym, a near typo); None when no
     choice is clearly closest."""
-    mapped = VALUE_SYNONYMS.get(flag, {}).get(value) or VALUE_SYNONYMS.get(flag, {}).get(value.upper())
+    synonyms = value_synonyms(flag)
+    mapped = synonyms.get(value) or synonyms.get(value.upper())
     if mapped in choices:
         return mapped
     folded = [

@@ -147,3 +147,19 @@ def test_a_value_the_flags_own_parser_refuses_sends_a_tuning_flag_back_to_its_de
     # A refused value of a flag that changes what is served is the person's to fix.
     served = [*lines[:-1], "sglang serve: error: argument --served-model-name: bad name"]
     assert decided(f"{PY} --served-model-name x", served, "parse-error")["action"] == "stop"
+
+
+def test_a_draft_models_setting_reads_the_same_spellings_as_the_targets() -> None:
+    # vLLM's `fp8` for SGLang's fp8_e4m3 holds for --speculative-draft-kv-cache-dtype as for --kv-cache-dtype.
+    contract = blind("corpus-real-engine-22", "eagle3-draft-kv-cache-dtype-fp8-vllm-spelling")
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--speculative-draft-kv-cache-dtype", "values": ["fp8_e4m3"]}
+    ]
+    lines = recorded_lines("draft-kv-cache-dtype-fp8-e4m3fn-serve.rc2.txt")
+    command = (
+        f"{SERVE} --speculative-algorithm EAGLE3 --speculative-draft-model-path /models/tiny-eagle3 "
+        "--speculative-draft-kv-cache-dtype fp8_e4m3fn"
+    )
+    assert decided(command, lines, "parse-error")["edits"] == [
+        {"op": "set", "flag": "--speculative-draft-kv-cache-dtype", "values": ["fp8_e4m3"]}
+    ]

@@ -168,3 +168,11 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
         "llama4_pythonic": "pythonic",
     },
 }
+
+
+def value_synonyms(flag: str) -> dict[str, str]:
+    """Other tools' spellings of `flag`'s values. A draft model's own setting (`--speculative-draft-X`)
+    takes the same values as the target's `--X`, so it reads the same spellings."""
+    return VALUE_SYNONYMS.get(flag) or VALUE_SYNONYMS.get(
+        "--" + flag.removeprefix("--speculative-draft-"), {}
+    )
