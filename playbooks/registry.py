@@ -19,6 +19,7 @@ _FAMILIES = (
     "first_requests",
     "model",
     "weights",
+    "weight_shapes",
     "devices",
     "hardware",
     "packages",
