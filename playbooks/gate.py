@@ -31,6 +31,7 @@ from specdoctor.tools.command import (
     UnsetEnv,
 )
 from specdoctor.tools.edit_policy import Allowance, Classed, EditClass, edit_policy
+from specdoctor.tools.engine_source.architectures import registered_architectures
 from specdoctor.tools.help_parser import FlagInfo
 from specdoctor.tools.sglang_facts import OPENAI_SAMPLING_NAMES, facts_for
 
@@ -322,6 +323,8 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
         return None  # a name built into SGLang (a chat template it registers), not a person's text
+    if _architectures_named(flag.name, value, written, catalog):
+        return None  # the user's override with an architecture SGLang registers
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 
 
@@ -337,6 +340,21 @@ def _written(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
 
         written |= config_values(path)
     return written
+
+
+def _architectures_named(flag: str, value: str, written: set[str], catalog: FlagCatalog) -> bool:
+    """A model-config override whose `architectures` are names SGLang registers (its models' EntryClass)
+    and whose every other key is the user's own, with the user's value."""
+    parsed = json_container(value)
+    if flag != "--json-model-override-args" or not isinstance(parsed, dict):
+        return False
+    named = parsed.get("architectures")
+    registered = registered_architectures(catalog.version)
+    if not isinstance(named, list) or not named or not all(a in registered for a in named):
+        return False
+    rest = {k: v for k, v in parsed.items() if k != "architectures"}
+    theirs = [t for w in written if isinstance(t := json_container(w), dict)]
+    return not rest or any(all(k in t and t[k] == v for k, v in rest.items()) for t in theirs)
 
 
 def _respelled(value: str, written: set[str]) -> bool:

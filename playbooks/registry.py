@@ -17,6 +17,7 @@ _FAMILIES = (
     "watchdog",
     "zeros",
     "first_requests",
+    "architectures",
     "model",
     "weights",
     "weight_shapes",

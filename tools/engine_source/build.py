@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdoctor.tools.dirs import cache_dir
+from specdoctor.tools.engine_source.architectures import REGISTERING, entry_classes
 from specdoctor.tools.engine_source.declarations import declarations
 from specdoctor.tools.engine_source.extract import FileContext, extract_sites
 from specdoctor.tools.engine_source.index import DATA, FORMAT, version_key
 from specdoctor.tools.engine_source.model import Site
-from specdoctor.tools.engine_source.sources import COVERED, covered, from_tree, from_wheel
+from specdoctor.tools.engine_source.sources import COVERED, covered, from_tree, from_wheel, matches
 
 _PLACE = frozenset({"line", "end_line", "release", "source"})
 
@@ -39,6 +40,7 @@ class ReleaseBuild:
     dests: dict[str, str] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    architectures: list[str] = field(default_factory=list)
 
 
 def build_release(files: Mapping[str, str]) -> ReleaseBuild:
@@ -52,6 +54,7 @@ def build_release(files: Mapping[str, str]) -> ReleaseBuild:
             skipped[rel] = f"Python {sys.version_info.major}.{sys.version_info.minor} cannot parse it: {exc}"
     decl = declarations(trees)
     out = ReleaseBuild(fields=decl.fields, dests=decl.dests, types=decl.types, skipped=skipped)
+    out.architectures = entry_classes({r: t for r, t in trees.items() if matches(r, REGISTERING)})
     for rel in covered(trees):
         ctx = FileContext.of(trees[rel], files[rel], rel, decl.fields, decl.constants)
         out.sites += extract_sites(ctx)
@@ -82,6 +85,7 @@ def build_index(releases: Mapping[str, Mapping[str, str]]) -> dict:
             "dests": built.dests,
             "types": built.types,
             "skipped": built.skipped,
+            "architectures": built.architectures,
         }
     return {
         "format": FORMAT,

@@ -88,6 +88,10 @@ class SourceIndex:
     def skipped(self, release: str) -> dict[str, str]:
         return self._raw["releases"][release].get("skipped", {})
 
+    def architectures(self, release: str) -> frozenset[str]:
+        """The architectures this release serves natively (its models' EntryClass); empty where not read."""
+        return frozenset(self._raw["releases"][release].get("architectures", ()))
+
     # ---- sites ---------------------------------------------------------------------------------
     @cached_property
     def _where(self) -> dict[int, list[tuple[str, int, int]]]:

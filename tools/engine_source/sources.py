@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
+from specdoctor.tools.engine_source import architectures
+
 # Where launches die: argument parsing and validation, model config, the model runner and its CUDA graphs,
 # scheduler and TP worker start-up (and the watchdog that kills a stuck one), the parallel layout,
 # speculative workers, attention backend and quantization selection, model loading, the entrypoints, and
@@ -48,6 +50,8 @@ COVERED: tuple[str, ...] = (
 )
 # Read for what they declare (ServerArgs fields, flag names, choice lists), not for their checks.
 DECLARING: tuple[str, ...] = ("srt/server_args.py", "srt/arg_groups/**/*.py")
+# Read for the architectures they register (EntryClass), not for their checks.
+REGISTERING = architectures.REGISTERING
 
 
 @cache
@@ -72,7 +76,7 @@ def matches(rel: str, patterns: tuple[str, ...]) -> bool:
 
 
 def wanted(rel: str) -> bool:
-    return matches(rel, COVERED) or matches(rel, DECLARING)
+    return matches(rel, COVERED) or matches(rel, DECLARING) or matches(rel, REGISTERING)
 
 
 def from_wheel(wheel: Path) -> dict[str, str]:
