@@ -7,13 +7,14 @@ flags playbook), so the two can never disagree about what a flag means.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from difflib import SequenceMatcher
 from functools import cache
 
 from specdoctor.playbooks.decision import Finding
 from specdoctor.playbooks.json_values import as_json, is_json, reads_json
 from specdoctor.playbooks.translate import translate_synonym
-from specdoctor.playbooks.view import as_float, as_int, human_spelling
+from specdoctor.playbooks.view import as_float, as_int, human_spelling, plain_number
 from specdoctor.tools.catalog import FlagCatalog, Resolution
 from specdoctor.tools.command import (
     Edit,
@@ -113,6 +114,32 @@ def _older_releases(version: str) -> list[str]:
     from specdoctor.tools.catalog_load import bundled_versions
 
     return [v for v in bundled_versions() if v != version]
+
+
+def split_by_phase(name: str, candidates: Sequence[str], version: str) -> tuple[str, str] | None:
+    """(the `-decode` flag, the older release) when `name` is an older release's CUDA graph flag that this one
+    splits into `-decode` and `-prefill`: before the split those flags sized the decode graphs (prefill
+    graphs had flags of their own), so the decode one keeps the meaning."""
+    decode = f"{name}-decode"
+    if decode not in candidates or f"{name}-prefill" not in candidates:
+        return None
+    older = older_release_with(name, version)
+    return (decode, older) if older else None
+
+
+def older_release_with(name: str, version: str) -> str | None:
+    """A bundled release other than `version` whose flags include `name` exactly (newest first)."""
+    from specdoctor.tools.catalog_load import bundled
+
+    for older in sorted(_older_releases(version), key=_version_key, reverse=True):
+        found = bundled(older).get(name)
+        if found is not None and found.name == name:
+            return older
+    return None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
 
 
 @cache
@@ -223,12 +250,25 @@ def _name_findings(opt: Option, r: Resolution, spec: LaunchCommand, catalog: Fla
     if r.status == "synonym" and r.synonym is not None:
         return [translate_synonym(opt, r.synonym, spec, catalog)]
     if r.status == "ambiguous":
-        return [_ambiguous(opt, r)]
+        return [_ambiguous(opt, r, catalog)]
     return [_unknown(opt, r, catalog)]
 
 
-def _ambiguous(opt: Option, r: Resolution) -> Finding:
+def _ambiguous(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
     shown = ", ".join(r.candidates[:6]) + (" ..." if len(r.candidates) > 6 else "")
+    if split := split_by_phase(opt.name, r.candidates, catalog.version):
+        decode, older = split
+        return Finding(
+            code="ambiguous-flag",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} is SGLang {older}'s flag; SGLang {catalog.version} splits it by phase ({shown})",
+            evidence=(f"error: ambiguous option: {opt.name} could match {', '.join(r.candidates)}",),
+            edits=(RenameFlag(flag=opt.name, to=decode),),
+            why=f"in {older} it sized the decode graphs: {decode} keeps that meaning",
+            confidence=0.8,
+        )
     best = r.confident
     edits: tuple[Edit, ...] = (RenameFlag(flag=opt.name, to=best.flag),) if best else ()
     return Finding(
@@ -488,43 +528,73 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     }.get(kind or "")
     problems: list[Finding] = []
     if ok is not None and not ok(value):
-        what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
-        respelled = (
-            as_json(value)
-            if kind == "json"
-            else human_spelling(value)
-            if kind == "human_readable_int"
-            else None
-        )
-        problems.append(
-            Finding(
-                code="bad-value",
-                severity="error",
-                # argparse rejects a value of its own type; JSON in a text flag fails later, in the engine.
-                category="flag-name" if kind == flag.value_type else "other",
-                flag=opt.name,
-                message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`"
-                + (
-                    " (not JSON's spelling: SGLang reads it with json.loads)"
-                    if respelled and kind == "json"
-                    else f" (SGLang's suffixes are case-sensitive: {respelled})"
-                    if respelled
-                    else ""
-                ),
-                evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
-                edits=(SetFlag(flag=flag.name, values=(respelled,)),) if respelled else (),
-                why=(
-                    "the same keys and values in JSON's spelling (double quotes)"
-                    if kind == "json"
-                    else f"`{value}` as another tool reads it; SGLang writes that count `{respelled}`"
-                )
-                if respelled
-                else "",
-                confidence=0.9 if respelled else 0.0,
-            )
-        )
+        problems.append(_bad_value(opt, flag, value, kind))
     problems.extend(_range(opt, flag, value))
     return problems
+
+
+def _bad_value(opt: Option, flag: FlagInfo, value: str, kind: str | None) -> Finding:
+    what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
+    values, note, why = _respelled(opt, flag, value, kind)
+    return Finding(
+        code="bad-value",
+        severity="error",
+        # argparse rejects a value of its own type; JSON in a text flag fails later, in the engine.
+        category="flag-name" if kind == flag.value_type else "other",
+        flag=opt.name,
+        message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`{note}",
+        evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
+        edits=(SetFlag(flag=flag.name, values=values),) if values else (),
+        why=why,
+        confidence=(0.6 if kind == "int" and re.search(r"[a-zA-Z]", value) else 0.9) if values else 0.0,
+    )
+
+
+def _respelled(opt: Option, flag: FlagInfo, value: str, kind: str | None) -> tuple[tuple[str, ...], str, str]:
+    """(the flag's values with this one respelled as SGLang reads it, a note for the message, why)."""
+    if kind == "json" and (fixed := as_json(value)):
+        note = " (not JSON's spelling: SGLang reads it with json.loads)"
+        return (
+            _replaced(opt, value, (fixed,)),
+            note,
+            "the same keys and values in JSON's spelling (double quotes)",
+        )
+    if kind == "human_readable_int" and (fixed := human_spelling(value)):
+        note = f" (SGLang's suffixes are case-sensitive: {fixed})"
+        return (
+            _replaced(opt, value, (fixed,)),
+            note,
+            f"`{value}` as another tool reads it; SGLang writes that count `{fixed}`",
+        )
+    pieces = [p.strip() for p in value.split(",")]
+    if (
+        kind in ("int", "float")
+        and flag.nargs in ("+", "*")
+        and len(pieces) > 1
+        and all(map(as_float, pieces))
+    ):
+        note = f": {opt.name} takes its values separated by spaces, not commas"
+        return (
+            _replaced(opt, value, tuple(pieces)),
+            note,
+            f"the same values as separate words: {' '.join(pieces)}",
+        )
+    if kind in ("int", "float") and (fixed := plain_number(value, kind, _in_seconds(flag))):
+        note = f" ({kind} flags take plain digits: {fixed})"
+        return (
+            _replaced(opt, value, (fixed,)),
+            note,
+            f"`{value}` written as the {kind} argparse reads: {fixed}",
+        )
+    return (), "", ""
+
+
+def _replaced(opt: Option, value: str, new: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for w in opt.values for v in (new if w == value else (w,)))
+
+
+def _in_seconds(flag: FlagInfo) -> bool:
+    return bool(re.search(r"\bsec(?:ond)?s?\b|timeout", f"{flag.name} {flag.help or ''}", re.IGNORECASE))
 
 
 def _is_int(value: str) -> bool:

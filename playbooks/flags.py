@@ -12,7 +12,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
-from specdoctor.playbooks.flag_checks import check_flags
+from specdoctor.playbooks.flag_checks import check_flags, split_by_phase
 from specdoctor.playbooks.json_values import json_container, reads_json
 from specdoctor.playbooks.suspects import is_tuning
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
@@ -120,6 +120,8 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
     synonym = BY_WRITTEN.get(written)
     if meant not in candidates and synonym is not None and synonym.target in candidates:
         meant = synonym.target  # vLLM's name for it (`--tokenizer`): the same setting, not a prefix
+    if meant not in candidates and (split := _split_by_phase(ctx, written, candidates)) is not None:
+        return split
     if meant not in candidates:
         ranked = sorted(candidates, key=lambda c: -score(written, c))
         meant = (
@@ -144,6 +146,22 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
         why=f"{meant} is the full name of the flag {written} was meant as",
         evidence=(error_line,),
         confidence=0.85,
+    )
+
+
+def _split_by_phase(ctx: Context, written: str, candidates: list[str]) -> Decision | None:
+    split = split_by_phase(written, candidates, ctx.catalog.version)
+    if split is None:
+        return None
+    decode, older = split
+    return fix(
+        ctx,
+        [RenameFlag(flag=written, to=decode)],
+        "flag-name",
+        f"{written} is SGLang {older}'s flag; SGLang {ctx.catalog.version} splits it into {decode} and "
+        f"{written}-prefill, so argparse finds it ambiguous",
+        why=f"in {older} it sized the decode graphs: {decode} keeps that meaning",
+        confidence=0.8,
     )
 
 

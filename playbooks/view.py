@@ -36,6 +36,23 @@ def human_spelling(text: str) -> str | None:
     return fixed if fixed != text.strip() and as_int(fixed) is not None else None
 
 
+_SECONDS = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:s|sec|secs|seconds)\s*", re.IGNORECASE)
+
+
+def plain_number(text: str, kind: str, in_seconds: bool = False) -> str | None:
+    """The digits argparse's int (or float) reads for a number written another way: a count with a suffix
+    (`8k` as SGLang's own count flags read it), scientific notation (`1e7`), `4.0` for an int, `30s` for a
+    flag that takes seconds. None when the text is no such number."""
+    seconds = _SECONDS.fullmatch(text) if in_seconds else None
+    if kind == "float":
+        return f"{float(seconds.group(1)):g}" if seconds else None
+    number = as_int(seconds.group(1) if seconds else human_spelling(text) or text)
+    if number is None and re.fullmatch(r"\s*\d+(?:\.\d+)?[eE]\+?\d+\s*", text):
+        scientific = float(text)
+        number = int(scientific) if scientific == int(scientific) else None
+    return str(number) if number is not None and str(number) != text.strip() else None
+
+
 def as_int(text: str | None) -> int | None:
     """An int as SGLang reads it (also `32k`, `1Mi`), or None."""
     if text is None:

@@ -186,3 +186,10 @@ def test_installed_engine_catalog_is_probed_once_then_cached(sglang_env):
     warm = for_command(entry, {})
     assert warm.cached and len(warm.catalog) == len(cold.catalog) == 529
     assert warm.catalog.get("--speculative-eagle-topk").value_type == "int"
+
+
+def test_a_free_form_flags_builtin_names_are_its_listed_values() -> None:
+    # --speculative-algorithm is free-form since 0.5.12; its help lists the algorithms SGLang has built in.
+    listed = bundled("0.5.23").get("--speculative-algorithm").listed_values
+    assert {"EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"} <= set(listed)
+    assert bundled("0.5.23").get("--device").listed_values[:2] == ("cuda", "xpu")

@@ -58,9 +58,11 @@ FLOORS = {
     "corpus-real-engine-16": (8, 0),
     "corpus-real-engine-17": (7, 0),
     "corpus-real-engine-18": (3, 0),
-    "corpus-real-engine-19": (7, 0),
-    "corpus-real-engine-20": (11, 1),
-    "corpus-real-engine-21": (4, 0),
+    "corpus-real-engine-19": (9, 0),
+    "corpus-real-engine-20": (12, 1),
+    "corpus-real-engine-21": (8, 0),
+    "corpus-real-engine-22": (13, 0),
+    "corpus-real-engine-23": (11, 0),
 }
 
 

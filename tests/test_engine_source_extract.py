@@ -324,3 +324,29 @@ def test_covered_files(rel: str, covered: bool) -> None:
     from specdoctor.tools.engine_source.sources import COVERED
 
     assert matches(rel, COVERED) is covered
+
+
+def test_a_helper_of_the_argument_code_reads_the_fields_it_takes_by_name() -> None:
+    # speculative_hook's `_resolve_speculative_algorithm_alias(speculative_algorithm, ...)`: the caller
+    # passes the field; in the loader a `load_format` parameter is the loader's own.
+    source = """
+    def _resolve(speculative_algorithm, draft_is_gemma):
+        if speculative_algorithm == "EAGLE3" and draft_is_gemma:
+            raise ValueError("this draft requires --speculative-algorithm NEXTN or EAGLE")
+    """
+    fields = FIELDS | {"speculative_algorithm"}
+    (site,) = sites_of(source, fields=fields)
+    assert site.fields == ("speculative_algorithm",)
+    (elsewhere,) = sites_of(source, rel="srt/model_loader/loader.py", fields=fields)
+    assert elsewhere.fields == ()
+
+
+def test_the_index_reads_the_architectures_each_release_registers() -> None:
+    built = build_release(
+        {
+            "srt/models/llama.py": "class LlamaForCausalLM: ...\nEntryClass = LlamaForCausalLM\n",
+            "srt/models/qwen.py": "EntryClass = [Qwen2ForCausalLM, Qwen2MoeForCausalLM]\n",
+            "srt/models/utils.py": "x = 1\n",
+        }
+    )
+    assert built.architectures == ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM"]

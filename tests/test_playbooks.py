@@ -418,7 +418,8 @@ SCENARIOS = [
         "sglang-outputs/served-model-name-colon.rc1.txt",
         Fix,
         "other",
-        {"--served-model-name": None},
+        # Preflight's check of the same field respells the name (the `:` SGLang reads as an adapter's).
+        {"--served-model-name": "tiny-llama-v1"},
     ),
     S(
         "sglang.hardware.fp8-arch",
@@ -790,6 +791,11 @@ REAL_ENGINE_3 = [
     ("max-queued-requests-zero-rejects-warmup", "sglang.serving.queue-too-small-for-warmup"),
     ("env-dist-init-method-override-without-tcp-scheme", "sglang.network.init-method-without-scheme"),
 ]
+_WARMUP_IDS = "sglang.serving.warmup-ids-beyond-the-vocabulary"
+_HF_TEMPLATE = "sglang.serving.unknown-hf-template-name"
+_TIKTOKEN = "sglang.model.tokenizer-file-read-as-tiktoken"
+_ARCHITECTURE = "sglang.model.architecture-respelled"
+_SHAPES = "sglang.model.weights-do-not-fit-the-config"
 FRESH3_MORE = [("dsv4-flash-dp-attention-eagle-overlap-chat-hang", "sglang.feature.default-named")]
 FRESH4 += [("gemma4-bf16-checkpoint-forced-modelopt-fp4-tuple-index", "sglang.feature.lone-choice")]
 CASES = (
@@ -821,6 +827,13 @@ CASES = (
             "metrics-endpoint-404-without-enable-metrics",
             "sglang.request.metrics-off",
         ),
+        ("corpus-real-engine-21", "warmups-voice-chat-on-small-vocab-model", _WARMUP_IDS),
+        ("corpus-real-engine-21", "hf-chat-template-name-not-in-named-templates", _HF_TEMPLATE),
+        ("corpus-real-engine-21", "tokenizer-path-points-at-tokenizer-json-file", _TIKTOKEN),
+        ("corpus-real-engine-22", "config-architecture-typo-fixed-by-override", _ARCHITECTURE),
+        ("corpus-real-engine-22", "json-override-num-heads-breaks-weight-shapes", _SHAPES),
+        # The engine check reads the algorithm through a helper's parameter named as the field.
+        ("corpus-real-engine-18", "eagle3-with-gemma4-assistant-draft", "sglang.source.check"),
     ]
 )
 

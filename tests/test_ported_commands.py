@@ -1,10 +1,14 @@
-"""Commands copied from vLLM or TGI: a count written with another tool's suffix case, and a /metrics route
-SGLang serves only when asked (each on its blind case and a second real log)."""
+"""Commands copied from vLLM, TGI, older SGLang or other tools' habits: a count written with another
+suffix case or as `1e7`, lists with commas, seconds with a unit, flags renamed or split since, a /metrics
+route SGLang serves only when asked (each on its blind case and a second real log)."""
 
 from __future__ import annotations
 
+import pytest
+
+from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.gate import invalid_edits
-from specdoctor.playbooks.view import as_int, human_spelling
+from specdoctor.playbooks.view import as_int, human_spelling, plain_number
 from specdoctor.tools.command import LaunchCommand, RenameFlag, SetFlag
 from tests.recorded import PY, SERVE, blind, decided, recorded_lines
 from tests.test_corpus_scores import CAT
@@ -163,3 +167,69 @@ def test_a_draft_models_setting_reads_the_same_spellings_as_the_targets() -> Non
     assert decided(command, lines, "parse-error")["edits"] == [
         {"op": "set", "flag": "--speculative-draft-kv-cache-dtype", "values": ["fp8_e4m3"]}
     ]
+
+
+NUMBERS = [
+    # (blind case of corpus-real-engine-23, its edit; a second real launch, its flag and value, the edit there)
+    (
+        "chunked-prefill-size-k-suffix",
+        ["8000"],
+        "max-running-requests-k-suffix.rc2.txt",
+        "--max-running-requests 1k",
+        ["1000"],
+    ),
+    (
+        "ngram-capacity-scientific-notation",
+        ["10000000"],
+        "max-queued-requests-scientific-serve.rc2.txt",
+        "--max-queued-requests 1e4",
+        ["10000"],
+    ),
+    (
+        "cuda-graph-bs-decode-comma-separated",
+        ["1", "2", "4", "8"],
+        "cuda-graph-bs-prefill-comma-separated.rc2.txt",
+        "--cuda-graph-bs-prefill 1,2,4",
+        ["1", "2", "4"],
+    ),
+    (
+        "watchdog-timeout-with-seconds-suffix",
+        ["30"],
+        "dist-timeout-seconds-suffix-serve.rc2.txt",
+        "--dist-timeout 60s",
+        ["60"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "values", "recorded", "given", "fixed"), NUMBERS)
+def test_a_number_written_another_way_is_respelled_as_argparse_reads_it(
+    case: str, values: list[str], recorded: str, given: str, fixed: list[str]
+) -> None:
+    # A count suffix on a plain int flag, scientific notation, a comma list, a unit of seconds: the number
+    # the user meant, in the digits the flag's type takes.
+    contract = blind("corpus-real-engine-23", case)
+    assert [e.get("values") for e in contract["edits"]] == [values]
+    flag = given.split()[0]
+    edits = decided(f"{SERVE} {given}", recorded_lines(recorded), "parse-error")["edits"]
+    assert edits == [{"op": "set", "flag": flag, "values": fixed}]
+
+
+def test_seconds_are_read_only_where_the_flag_takes_seconds() -> None:
+    assert plain_number("30s", "float", in_seconds=False) is None
+    assert plain_number("8", "int") is None  # already digits: nothing to respell
+    assert plain_number("abc", "int") is None
+
+
+def test_an_older_releases_cuda_graph_flag_split_by_phase_is_its_decode_one() -> None:
+    contract = blind("corpus-real-engine-23", "cuda-graph-bs-ambiguous-prefix")
+    assert [(e["op"], e["flag"], e["to"]) for e in contract["edits"]] == [
+        ("rename", "--cuda-graph-bs", "--cuda-graph-bs-decode")
+    ]
+    lines = recorded_lines("old-flag-cuda-graph-max-bs-split-by-phase.rc2.txt")
+    assert decided(f"{PY} --cuda-graph-max-bs 16", lines, "parse-error")["edits"] == [
+        {"op": "rename", "flag": "--cuda-graph-max-bs", "to": "--cuda-graph-max-bs-decode", "values": None}
+    ]
+    # Preflight says the same before any launch.
+    (found,) = check_flags(LaunchCommand.parse(f"{PY} --cuda-graph-bs 1 2 4"), CAT)
+    assert found.edits == (RenameFlag(flag="--cuda-graph-bs", to="--cuda-graph-bs-decode"),)

@@ -19,6 +19,7 @@ Nargs = int | str | None
 """argparse's nargs: None (one value), an int, '?', '*', '+', or 0 for a switch."""
 
 
+_BUILTINS = re.compile(r"Builtins:\s*([A-Z0-9_]+(?:,\s*[A-Z0-9_]+)*)")
 _QUOTED_LIST = re.compile(r"\((?:'[\w.-]+'(?:,\s*|\s+or\s+)?){2,}\)")
 
 
@@ -45,9 +46,13 @@ class FlagInfo(BaseModel):
     @property
     def listed_values(self) -> tuple[str, ...]:
         """Values a free-text flag's help lists as its options, quoted in parentheses (--device's
-        `('cuda', 'xpu', ..., 'cpu')`): the engine's names, not a person's text."""
-        found = _QUOTED_LIST.search(self.help)
-        return tuple(re.findall(r"'([\w.-]+)'", found.group(0))) if found else ()
+        `('cuda', 'xpu', ..., 'cpu')`) or after `Builtins:` (--speculative-algorithm's, free-form since
+        0.5.12): the engine's names, not a person's text."""
+        if found := _QUOTED_LIST.search(self.help):
+            return tuple(re.findall(r"'([\w.-]+)'", found.group(0)))
+        if found := _BUILTINS.search(self.help):
+            return tuple(n.strip() for n in found.group(1).split(",") if n.strip())
+        return ()
 
     @property
     def deprecated(self) -> bool:

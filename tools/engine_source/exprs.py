@@ -39,6 +39,8 @@ class Scope:
     fields: frozenset[str] = frozenset()
     aliases: frozenset[str] = frozenset()
     constants: Mapping[str, tuple[Literal_, ...]] = field(default_factory=dict)
+    params: frozenset[str] = frozenset()
+    """The function's parameters named as a field (`speculative_algorithm`): the caller passes that field."""
 
     def is_field(self, name: str) -> bool:
         return not self.fields or name in self.fields
@@ -71,6 +73,8 @@ def read_of(node: ast.expr, scope: Scope) -> Read | None:
         if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in scope.fields:
             return Read(node.attr)
         return None
+    if isinstance(node, ast.Name) and node.id in scope.params:
+        return Read(node.id)
     if isinstance(node, ast.Subscript) and _is_global_dict(node.value):
         key = node.slice
         if isinstance(key, ast.Constant) and isinstance(key.value, str):

@@ -21,6 +21,7 @@ from specdoctor.tools.engine_source.exprs import (
     reads,
 )
 from specdoctor.tools.engine_source.model import Constraint, Kind, Literal_, Site
+from specdoctor.tools.engine_source.sources import DECLARING, matches
 from specdoctor.tools.engine_source.template import clip, percent, template_of
 
 MAX_CONDITION = 400
@@ -98,6 +99,7 @@ class FileContext:
         if key not in self._scopes:
             aliases: set[str] = set()
             local: dict[str, tuple[Literal_, ...]] = {}
+            params = _field_params(func, self.fields) if matches(self.rel, DECLARING) else frozenset()
             if func is not None:
                 base = Scope(fields=self.fields)
                 for node in ast.walk(func):
@@ -107,12 +109,25 @@ class FileContext:
                             aliases.add(target.id)
                 local = local_constants(func)
             self._scopes[key] = Scope(
-                fields=self.fields, aliases=frozenset(aliases), constants={**self.constants, **local}
+                fields=self.fields,
+                aliases=frozenset(aliases),
+                constants={**self.constants, **local},
+                params=params,
             )
         return self._scopes[key]
 
     def first_line(self, stmt: ast.stmt) -> str:
         return self.lines[stmt.lineno - 1].strip() if stmt.lineno <= len(self.lines) else ""
+
+
+def _field_params(func: ast.AST | None, fields: frozenset[str]) -> frozenset[str]:
+    # Only in the argument code, whose helpers take ServerArgs fields by name (elsewhere a `load_format`
+    # parameter is the loader's own), and only against a known field list.
+    if not fields or not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+        return frozenset()
+    args = func.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return frozenset(names & fields)
 
 
 def statements(ctx: FileContext) -> Iterator[tuple[ast.stmt, Place]]:

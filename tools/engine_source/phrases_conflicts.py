@@ -33,6 +33,8 @@ _REST_CMP = re.compile(r"\s*(>=|<=|==|>|<)\s*(-?\d+(?:\.\d+)?)")
 _REST_WORDS = re.compile(r"\s+(?:to be\s+)?" + BOUND_OP + r"\s+(-?\d+(?:\.\d+)?)", re.I)
 _REST_POSITIVE = re.compile(r"\s+to be\s+(?:a\s+)?positive", re.I)
 _REST_LIST = re.compile(r"\s+in\s+" + LIST_RX.format("items"), re.I)
+# `requires --x NEXTN or EAGLE`: the values written out as alternatives, no `in`.
+_REST_EITHER = re.compile(r"^\s+(?:either\s+)?(?P<items>[\w.-]+(?:,\s*[\w.-]+)*,?\s+or\s+[\w.-]+)\b", re.I)
 _REST_VALUE = re.compile(r"^" + VALUE_RX.format("value"), re.I)
 _REST_MORE = rx(r"(?:\band\b|,)\s+(?:the\s+)?{flag}(?:{value})?", flag=FLAG_RX, value=VALUE_RX)
 _REST_STOP = re.compile(r"\(|\bor\b|;|,\s*got\b|\bbut\b|\bwhen\b|\bif\b", re.I)
@@ -54,7 +56,7 @@ def _required(reader: FlagReader, obj: str, rest: str, phrase: str) -> Found:
         yield bound_remedy(reader, obj, BOUND_WORDS[words["op"].lower()], words.group(2), "requires", phrase)
     elif _REST_POSITIVE.match(rest):
         yield direction_remedy(reader, obj, False, "requires", phrase)
-    elif items := _REST_LIST.match(rest):
+    elif items := _REST_LIST.match(rest) or _REST_EITHER.match(rest):
         yield from one_of_remedies(reader, obj, items["items"], "requires", phrase)
     else:
         value = _REST_VALUE.match(rest)
