@@ -167,9 +167,18 @@ def _change_a_suspect(
         for r in reading.reads
         if r.flag and (r.set_by_user or is_tuning(r.flag) or setting_of_a_chosen_feature(r.flag, ctx))
     }
-    named = _nearest_first(
-        [r.edit for r in remedies(message, ctx.catalog, dests, types) if r.edit is not None], ctx
-    )
+    found = remedies(message, ctx.catalog, dests, types)
+    # "specify both --max-lora-rank and --lora-target-modules": setting one while the other stays unset (the
+    # message gives no value for it) is half a fix.
+    half = {
+        r.phrase
+        for r in found
+        if r.edit is None
+        and r.action == "set"
+        and re.search(r"\b(?:both|and)\b", r.phrase)
+        and not ctx.view.has(r.flag or "")
+    }
+    named = _nearest_first([r.edit for r in found if r.edit is not None and r.phrase not in half], ctx)
     # The engine's own remedy, when it acts on a flag the check reads and the user set.
     for edit in named:
         if not _valid(ctx, [edit]):

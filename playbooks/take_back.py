@@ -35,6 +35,8 @@ def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tup
     flag hands the choice back to SGLang, whose default on this GPU may be the very backend that failed
     (trtllm_mha on Blackwell, aiter on ROCm, flashinfer elsewhere): the portable backend is the change
     that certainly leaves it, except for MLA and sparse-attention models, whose default is of their kind."""
+    if info is not None and info.nargs in ("+", "*") and (kept := _without_the_named_entry(flag, ctx)):
+        return (SetFlag(flag=flag, values=kept),)
     # triton is portable across GPUs; on an NPU, CPU or Apple device the device's own backend is the default.
     on_gpu = (ctx.view.get("--device") or "cuda").lower() not in RUNS_ON
     portable = _PORTABLE_BACKEND.get(flag) if on_gpu else None
@@ -47,6 +49,23 @@ def take_back(flag: str, value: str, info: FlagInfo | None, ctx: Context) -> tup
     ):
         return (SetFlag(flag=flag, values=(portable,)),)
     return (RemoveFlag(flag=flag), *its_settings(flag, ctx))
+
+
+def _without_the_named_entry(flag: str, ctx: Context) -> tuple[str, ...]:
+    """The list's other entries when the error names one of them (`Failed to load LoRA adapter loha`), or
+    names one twice (`LoRA with name sql already exists`: SGLang kept the first); () otherwise."""
+    values = [v for o in ctx.spec.find(flag, ctx.view.canon) for v in o.values]
+    said = ctx.root.error_line or ""
+    # Named entries (adapters, paths), not numbers: a bucket list's `128` is a value of the whole list.
+    if len(values) < 2 or not said or any(re.fullmatch(r"[-+.\d]+", v) for v in values):
+        return ()
+    keys = [v.split("=", 1)[0] for v in values]
+    hits = [i for i, k in enumerate(keys) if re.search(rf"(?<![\w/.=-]){re.escape(k)}(?![\w/.=-])", said)]
+    if len(hits) > 1 and len({keys[i] for i in hits}) == 1:
+        hits = hits[1:]  # the same name twice: the later entries are the ones SGLang refused
+    if len(hits) != 1 and not (hits and len({keys[i] for i in hits}) == 1):
+        return ()
+    return tuple(v for i, v in enumerate(values) if i not in hits)
 
 
 def its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:

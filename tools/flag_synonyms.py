@@ -155,6 +155,8 @@ VALUE_SYNONYMS: dict[str, dict[str, str]] = {
     "--kv-cache-dtype": {"fp8": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float16": "auto"},
     "--speculative-algorithm": {"MTP": "NEXTN", "DEEPSEEK_MTP": "NEXTN", "DRAFT_MODEL": "STANDALONE"},
     "--dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
+    # PEFT's name for every linear layer of the model is SGLang's `all`.
+    "--lora-target-modules": {"all-linear": "all"},
     # First in, first out is first come, first served: vLLM's `fcfs`, other schedulers' `fifo`.
     "--schedule-policy": {"fifo": "fcfs"},
     # Llama 4 writes tool calls as Python-style calls; SGLang has no parser named after the model.
