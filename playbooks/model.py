@@ -253,7 +253,10 @@ _RESERVED_TOKENS = 16
 _TOO_LONG = re.compile(
     r"(?i)(?:input|prompt|request)[^\n]*?(?:longer than|exceeds)[^\n]*?(?:context length|allowed length|max context)[^\n]*?\((\d+)(?: tokens)?\)"
     # A completion budget over what the context leaves (SGLang's OpenAI routes).
-    r"|max_completion_tokens is too large[^\n]*?supports at most (\d+) completion tokens",
+    r"|max_completion_tokens is too large[^\n]*?supports at most (\d+) completion tokens"
+    # Prompt plus max_new_tokens over the context (tokenizer_manager's total-token check).
+    r"|Requested token count exceeds the model's maximum context length of (\d+) tokens[^\n]*?(\d+) tokens from "
+    r"the input",
 )
 
 
@@ -267,7 +270,7 @@ _TOO_LONG = re.compile(
 def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Requests are refused as too long: a context the model config caps, or a KV pool that came out small."""
     assert m is not None  # the trigger is _TOO_LONG itself
-    allowed = int(m.group(1) or m.group(2))
+    allowed = int(m.group(1) or m.group(2) or m.group(3))
     scaled = _rope_scaled_length(ctx.view.get("--json-model-override-args"))
     if scaled and scaled > allowed:
         return fix(
@@ -288,6 +291,7 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         or (_pool_came_out_small(ctx, allowed, asked) if m.group(1) else None)
         or _the_commands_context_cap(ctx, allowed, asked)
         or _the_models_context_fails_warmup(ctx, allowed, asked)
+        or (_truncate_the_completion(ctx, allowed, int(m.group(4))) if m.group(4) else None)
         or stop(
             ctx,
             "context-length",
@@ -330,6 +334,23 @@ def _pool_came_out_small(ctx: Context, allowed: int, asked: int | None) -> Decis
         "Give the KV cache more memory (a higher --mem-fraction-static if the GPU has room, more GPUs), "
         "or find out what held memory when SGLang measured it.",
         confidence=0.6,
+    )
+
+
+def _truncate_the_completion(ctx: Context, allowed: int, prompt: int) -> Decision | None:
+    """The prompt fits the context, the completion asked for does not: with --allow-auto-truncate SGLang
+    cuts max_new_tokens to what the context leaves (tokenizer_manager's total-token check) instead of 400."""
+    if prompt >= allowed or ctx.view.has("--allow-auto-truncate"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--allow-auto-truncate")],
+        "context-length",
+        f"a request's prompt ({prompt} tokens) fits the {allowed}-token context but its completion budget "
+        "does not",
+        why="--allow-auto-truncate makes SGLang shorten max_tokens to what the context leaves; clients that "
+        "ask for less need no change",
+        confidence=0.5,
     )
 
 

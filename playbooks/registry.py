@@ -17,6 +17,7 @@ _FAMILIES = (
     "watchdog",
     "zeros",
     "first_requests",
+    "input_embeds",
     "architectures",
     "model",
     "weights",

@@ -64,6 +64,7 @@ FLOORS = {
     "corpus-real-engine-22": (13, 0),
     "corpus-real-engine-23": (11, 0),
     "corpus-real-engine-24": (11, 0),
+    "corpus-real-engine-25": (11, 0),
 }
 
 

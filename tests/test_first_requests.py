@@ -226,3 +226,31 @@ def test_a_warmup_of_random_ids_past_the_models_vocabulary_is_taken_back() -> No
     ]
     # The same crash without those warm-ups is the model's (a tokenizer from a larger vocabulary).
     assert decided(PY, lines)["playbook"] != "sglang.serving.warmup-ids-beyond-the-vocabulary"
+
+
+def test_relaunch_with_a_flag_is_the_engines_remedy() -> None:
+    # "Please relaunch with --enable-streaming-session" (tokenizer_control_mixin), "Re-run with --x=v".
+    from specdoctor.tools.engine_source.remedies import remedies
+
+    contract = blind("corpus-real-engine-25", "streaming-session-open-without-server-flag")
+    assert contract["edits"] == [{"op": "set", "flag": "--enable-streaming-session", "values": []}]
+    lines = recorded_lines("streaming-session-disabled-serve.rc137.txt")
+    first = decided(SERVE, lines, "runs-but-degraded")
+    assert first["edits"] == [{"op": "set", "flag": "--enable-streaming-session", "values": []}]
+    found = remedies("Re-run with --fp8-gemm-backend=flashinfer_cutlass.", CAT)
+    assert [r.edit.values for r in found if r.edit] == [("flashinfer_cutlass",)]
+
+
+def test_a_completion_budget_over_the_context_is_cut_by_sglang_when_allowed() -> None:
+    # tokenizer_manager: with --allow-auto-truncate, max_new_tokens shrinks to what the context leaves.
+    contract = blind("corpus-real-engine-25", "max-tokens-1024-over-model-context-512")
+    assert contract["edits"] == [{"op": "set", "flag": "--allow-auto-truncate", "values": []}]
+    lines = recorded_lines("completion-budget-over-model-context-serve.rc137.txt")
+    first = decided(SERVE, lines, "runs-but-degraded")
+    assert (first["playbook"], first["edits"]) == (
+        "sglang.model.prompt-too-long",
+        [{"op": "set", "flag": "--allow-auto-truncate", "values": []}],
+    )
+    # Already allowed and still refused (the prompt alone is too long): not this rule's.
+    allowed = decided(f"{SERVE} --allow-auto-truncate", lines, "runs-but-degraded")
+    assert {"op": "set", "flag": "--allow-auto-truncate", "values": []} not in allowed["edits"]

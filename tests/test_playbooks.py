@@ -834,6 +834,7 @@ CASES = (
         ("corpus-real-engine-22", "json-override-num-heads-breaks-weight-shapes", _SHAPES),
         # The engine check reads the algorithm through a helper's parameter named as the field.
         ("corpus-real-engine-18", "eagle3-with-gemma4-assistant-draft", "sglang.source.check"),
+        ("corpus-real-engine-25", "input-embeds-request-with-radix-cache-on", "sglang.request.input-embeds"),
     ]
 )
 

@@ -131,8 +131,8 @@ _SET_TO = rx(
     flag=FLAG_RX,
 )
 _USE = rx(
-    NOT + r"\b(?:please\s+)?(?:use|try|add|pass|specify|enable|consider|run with|launch with|"
-    r"(?:start|launch|run|restart) the (?:server|engine) with)\s+"
+    NOT + r"\b(?:please\s+)?(?:use|try|add|pass|specify|enable|consider|(?:re-?)?(?:run|launch|start) with|"
+    r"(?:start|launch|run|restart|relaunch) the (?:server|engine) with)\s+"
     r"(?:using\s+|adding\s+|setting\s+)?(?:the\s+)?{flag}(?:{value})?",
     flag=FLAG_RX,
     value=VALUE_RX,
