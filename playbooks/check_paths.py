@@ -5,6 +5,8 @@ check's own function, or as its log says)."""
 
 from __future__ import annotations
 
+import re
+
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Decision
@@ -13,6 +15,8 @@ from specdoctor.playbooks.suspects import WHAT_IS_SERVED, is_tuning
 from specdoctor.playbooks.take_back import its_settings
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
+from specdoctor.tools.engine_source.index import bundled_index
+from specdoctor.tools.engine_source.model import Site
 from specdoctor.tools.engine_source.suspects import SiteReading
 
 
@@ -142,3 +146,45 @@ def check_evidence(ctx: Context, reading: SiteReading) -> tuple[str, ...]:
     lines = [ctx.root.error_line.strip()] if ctx.root.error_line else []
     lines.append(f"{site.file}:{site.line}: {site.text}" if site.text else f"{site.file}:{site.line}")
     return tuple(lines)
+
+
+# A platform test that holds on anything but an NVIDIA GPU (`not get_platform().is_cuda`, `not _is_cuda`).
+_CUDA_ONLY = re.compile(r"\bnot\s+(?:get_platform\(\)\.|current_platform\.)?_?is_cuda\b(?:\(\))?")
+_NOT_CUDA = ("cpu", "npu", "xpu", "hpu", "mps", "musa")
+
+
+def past_the_remedy(ctx: Context, reading: SiteReading) -> Decision | None:
+    """The engine's remedy leads into the next check of the same path, one this device fails whatever the
+    settings (`Run with --mamba-ssm-dtype float16`, then `if not get_platform().is_cuda: raise` under the
+    same switch): the switch the user gave is the change that gets past both."""
+    device = (ctx.view.get("--device") or "").lower()
+    site = reading.site
+    switches = [r for r in reading.reads if r.guard and r.set_by_user and r.flag and r.value == "true"]
+    if device not in _NOT_CUDA or len(switches) != 1:
+        return None
+    guard = switches[0]
+    if not any(_cuda_only_after(later, site, guard.field) for later in _same_function(site, ctx)):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag=guard.flag or ""), *its_settings(guard.flag or "", ctx)],
+        check_category(reading),
+        f"SGLang's check at {where(reading)} asks for another setting, but the next check under {guard.flag} "
+        f"needs CUDA, and this launch runs on --device {device}",
+        why=f"whatever else is set, {guard.flag} stops the launch on this device; without it both checks pass",
+        evidence=check_evidence(ctx, reading),
+        confidence=0.6,
+    )
+
+
+def _same_function(site: Site, ctx: Context) -> list[Site]:
+    index = bundled_index()
+    release = index.release(site.release or ctx.catalog.version)
+    if release is None:
+        return []
+    found = [index.site(check, release) for check, _, _, _ in index.in_file(site.file, release)]
+    return [s for s in found if s.function == site.function and s.line > site.line]
+
+
+def _cuda_only_after(later: Site, site: Site, guard: str) -> bool:
+    return not later.fields and guard in later.guard_fields and bool(_CUDA_ONLY.search(later.condition or ""))

@@ -327,6 +327,8 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
             why=f"{opt.name} turns on a feature this SGLang does not have; without it the rest of the command stands",
             confidence=0.6,
         )
+    if (removed := _removed(opt, catalog, hint, evidence)) is not None:
+        return removed
     return Finding(
         code="unknown-flag",
         severity="error",
@@ -335,6 +337,25 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
         message=f"SGLang {catalog.version} has no flag {opt.name}{hint} (no confident match: remove or rename it)",
         evidence=evidence,
         confidence=0.0,
+    )
+
+
+def _removed(opt: Option, catalog: FlagCatalog, hint: str, evidence: tuple[str, ...]) -> Finding | None:
+    """A flag an older bundled release had and this one dropped, with no close successor: it goes."""
+    older = older_release_with(opt.name, catalog.version)
+    if older is None or _version_key(older) >= _version_key(catalog.version):
+        return None
+    return Finding(
+        code="removed-flag",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} is a flag of SGLang {older} that SGLang {catalog.version} no longer has{hint}",
+        evidence=evidence,
+        edits=(RemoveFlag(flag=opt.name),),
+        why=f"no flag of SGLang {catalog.version} takes its place under a close name; without it the rest of "
+        "the command stands",
+        confidence=0.6,
     )
 
 

@@ -19,6 +19,7 @@ from specdoctor.playbooks.check_paths import (
     brought_in_by_the_command,
     check_category,
     check_evidence,
+    past_the_remedy,
     set_by_sglang_for,
     switch_off_the_path,
     switch_on_the_variable,
@@ -179,6 +180,8 @@ def _change_a_suspect(
         and not ctx.view.has(r.flag or "")
     }
     named = _nearest_first([r.edit for r in found if r.edit is not None and r.phrase not in half], ctx)
+    if named and (past := past_the_remedy(ctx, reading)) is not None:
+        return past
     # The engine's own remedy, when it acts on a flag the check reads and the user set.
     for edit in named:
         if not _valid(ctx, [edit]):

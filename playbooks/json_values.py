@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 from specdoctor.tools.help_parser import FlagInfo
 
@@ -36,10 +37,16 @@ def python_literal(value: str) -> object | None:
         return None
 
 
+_PAIRS = re.compile(r"\s*[A-Za-z_][\w.-]*=[^=,{}\[\]]*(?:,\s*[A-Za-z_][\w.-]*=[^=,{}\[\]]*)*\s*")
+
+
 def loose_literal(value: str) -> object | None:
-    """The object or list the value means when written in Python's syntax (`{'a': True}`) or as a YAML
-    flow collection, the way JavaScript writes objects (`{enable_thinking: false}`); None otherwise."""
+    """The object or list the value means when written in Python's syntax (`{'a': True}`), as a YAML
+    flow collection, the way JavaScript writes objects (`{enable_thinking: false}`), or as the command
+    line's `key=value,key2=value2`; None otherwise."""
     parsed = python_literal(value)
+    if parsed is None and _PAIRS.fullmatch(value):
+        return _pairs(value)
     if parsed is not None or not value.strip().startswith(("{", "[")):
         return parsed
     import yaml
@@ -49,6 +56,20 @@ def loose_literal(value: str) -> object | None:
     except yaml.YAMLError:
         return None
     return loaded if isinstance(loaded, dict | list) else None
+
+
+def _pairs(value: str) -> dict[str, object]:
+    import yaml
+
+    found: dict[str, object] = {}
+    for pair in value.split(","):
+        key, _, raw = pair.partition("=")
+        try:
+            scalar = yaml.safe_load(raw.strip()) if raw.strip() else ""
+        except yaml.YAMLError:
+            scalar = raw.strip()
+        found[key.strip()] = scalar if isinstance(scalar, str | int | float | bool) else raw.strip()
+    return found
 
 
 def json_container(value: str) -> dict | list | None:

@@ -10,7 +10,7 @@ from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.cuda_graph import CAPTURE_FAILED_LINE
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import launch_gpus, visible_gpus
-from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
+from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
 from specdoctor.tools.gpu_parse import processes_in_text
 
@@ -267,4 +267,39 @@ def stale_holders(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "use other GPUs with CUDA_VISIBLE_DEVICES.",
         evidence=evidence,
         confidence=0.75,
+    )
+
+
+_HOST_SHORT = re.compile(
+    r"Not enough host memory available\. Requesting ([\d.]+) GB but only have ([\d.]+) GB free"
+)
+
+
+@playbook(id="sglang.memory.hicache-host-too-small", category="oom", pattern=_HOST_SHORT.pattern, priority=30)
+def hicache_host_too_small(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The hierarchical cache's host pool asks for more RAM than the host has free. --hicache-size is in GB
+    (it overrides --hicache-ratio); half of what is free leaves room for everything else the host
+    runs, and without --hicache-size the pool is sized by --hicache-ratio from the GPU pool instead."""
+    if m is None:
+        return None
+    asked, free = float(m.group(1)), float(m.group(2))
+    size = int(free // 2)
+    if ctx.view.has("--hicache-size") and size >= 1:
+        edit: Edit = SetFlag(flag="--hicache-size", values=(str(size),))
+        why = f"{size} GB is half of the {free:g} GB the host has free"
+    elif ctx.view.has("--hicache-ratio"):
+        edit, why = (
+            RemoveFlag(flag="--hicache-ratio"),
+            "SGLang's default ratio (2.0 in cache mode) sizes the host pool from the GPU pool",
+        )
+    else:
+        return None
+    return fix(
+        ctx,
+        [edit],
+        "oom",
+        f"the hierarchical cache asks for {asked:g} GB of host memory; the host has {free:g} GB free",
+        why=why,
+        evidence=(m.group(0),),
+        confidence=0.6,
     )

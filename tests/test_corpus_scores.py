@@ -65,6 +65,8 @@ FLOORS = {
     "corpus-real-engine-23": (11, 0),
     "corpus-real-engine-24": (11, 0),
     "corpus-real-engine-25": (11, 0),
+    "corpus-real-engine-26": (16, 0),
+    "corpus-real-engine-27": (12, 0),
 }
 
 

@@ -835,6 +835,7 @@ CASES = (
         # The engine check reads the algorithm through a helper's parameter named as the field.
         ("corpus-real-engine-18", "eagle3-with-gemma4-assistant-draft", "sglang.source.check"),
         ("corpus-real-engine-25", "input-embeds-request-with-radix-cache-on", "sglang.request.input-embeds"),
+        ("corpus-real-engine-26", "hicache-size-exceeds-host-memory", "sglang.memory.hicache-host-too-small"),
     ]
 )
 

@@ -8,6 +8,7 @@ import pytest
 
 from specdoctor.playbooks.flag_checks import check_flags
 from specdoctor.playbooks.gate import invalid_edits
+from specdoctor.playbooks.json_values import as_json
 from specdoctor.playbooks.view import as_int, human_spelling, plain_number
 from specdoctor.tools.command import LaunchCommand, RenameFlag, SetFlag
 from tests.recorded import PY, SERVE, blind, decided, recorded_lines
@@ -233,3 +234,30 @@ def test_an_older_releases_cuda_graph_flag_split_by_phase_is_its_decode_one() ->
     # Preflight says the same before any launch.
     (found,) = check_flags(LaunchCommand.parse(f"{PY} --cuda-graph-bs 1 2 4"), CAT)
     assert found.edits == (RenameFlag(flag="--cuda-graph-bs", to="--cuda-graph-bs-decode"),)
+
+
+def test_a_flag_an_older_release_had_and_this_one_dropped_goes() -> None:
+    contract = blind("corpus-real-engine-27", "collect-tokens-histogram-removed-flag")
+    assert contract["edits"] == [{"op": "remove", "flag": "--collect-tokens-histogram"}]
+    lines = recorded_lines("removed-flag-stream-output.rc2.txt")
+    assert decided(f"{PY} --stream-output", lines, "parse-error")["edits"] == [
+        {"op": "remove", "flag": "--stream-output"}
+    ]
+
+
+def test_key_value_pairs_for_a_json_flag_become_the_json_object() -> None:
+    # `model=llama` is how other tools take labels; SGLang reads the flag with json.loads.
+    contract = blind("corpus-real-engine-27", "extra-metric-labels-not-json")
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--extra-metric-labels", "values": ['{"model": "llama"}']}
+    ]
+    assert blind("corpus-real-engine-26", "radix-eviction-policy-config-not-json")["edits"] == [
+        {"op": "set", "flag": "--radix-eviction-policy-config", "values": ['{"protected_threshold": 4}']}
+    ]
+    lines = recorded_lines("extra-metric-labels-key-value-pairs-serve.rc2.txt")
+    command = f"{SERVE} --enable-metrics --extra-metric-labels team=search,env=prod"
+    assert decided(command, lines, "parse-error")["edits"] == [
+        {"op": "set", "flag": "--extra-metric-labels", "values": ['{"team": "search", "env": "prod"}']}
+    ]
+    # A path or a URL with `=` in it is no object.
+    assert as_json("http://host/a=b") is None
