@@ -61,11 +61,10 @@ def _without_the_named_entry(flag: str, ctx: Context) -> tuple[str, ...]:
         return ()
     keys = [v.split("=", 1)[0] for v in values]
     hits = [i for i, k in enumerate(keys) if re.search(rf"(?<![\w/.=-]){re.escape(k)}(?![\w/.=-])", said)]
-    if len(hits) > 1 and len({keys[i] for i in hits}) == 1:
-        hits = hits[1:]  # the same name twice: the later entries are the ones SGLang refused
-    if len(hits) != 1 and not (hits and len({keys[i] for i in hits}) == 1):
-        return ()
-    return tuple(v for i, v in enumerate(values) if i not in hits)
+    if len({keys[i] for i in hits}) != 1:
+        return ()  # none named, or several: the list is not guessed at
+    drop = hits[1:] if len(hits) > 1 else hits  # the same name twice: SGLang kept the first
+    return tuple(v for i, v in enumerate(values) if i not in drop)
 
 
 def its_settings(flag: str, ctx: Context) -> tuple[Edit, ...]:
