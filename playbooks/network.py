@@ -24,6 +24,8 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     current = ctx.view.int("--port") or DEFAULT_PORT
     bound = _BIND.search(ctx.search_text)
     busy = int(bound.group(2)) if bound else current
+    if own := _same_port_twice(ctx, busy):
+        return own
     # Ports other than --port are derived from it, so moving --port moves them too.
     which = "" if busy == current else f" (a port SGLang derives from --port {current})"
     return fix(
@@ -33,6 +35,31 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"port {busy}{which} is already in use (another server?), so SGLang cannot serve and hangs",
         why="a free port at least 10 above it: SGLang also takes a few ports above --port",
         confidence=0.9 if busy == current else 0.75,
+    )
+
+
+def _same_port_twice(ctx: Context, busy: int) -> Decision | None:
+    """The command gives the busy port to --port and to another port flag of its own (`--nccl-port` equal to
+    `--port`): the clash is the command's, and the server's address stays; the other port goes back to
+    SGLang's choice (a free NCCL port, or one derived from --port)."""
+    if (ctx.view.int("--port") or DEFAULT_PORT) != busy:
+        return None
+    twice = [
+        o.name
+        for o in ctx.spec.options()
+        if ctx.view.canon(o.name) != "--port"
+        and ctx.view.canon(o.name).endswith("-port")
+        and o.values == (str(busy),)
+    ]
+    if len(twice) != 1:
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag=twice[0])],
+        "port-in-use",
+        f"the command gives port {busy} to both --port and {twice[0]}: the second bind fails and SGLang hangs",
+        why=f"the server keeps its address; without {twice[0]} SGLang picks that port itself",
+        confidence=0.8,
     )
 
 

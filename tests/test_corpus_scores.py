@@ -67,6 +67,7 @@ FLOORS = {
     "corpus-real-engine-25": (11, 0),
     "corpus-real-engine-26": (16, 0),
     "corpus-real-engine-27": (12, 0),
+    "corpus-real-engine-28": (8, 0),
 }
 
 

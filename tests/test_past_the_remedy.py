@@ -46,3 +46,16 @@ def test_a_host_pool_larger_than_the_free_host_memory_gets_half_of_it() -> None:
     first = decided(f"{SERVE} --enable-hierarchical-cache --hicache-size 200", recorded_lines(name))
     assert first["playbook"] == "sglang.memory.hicache-host-too-small"
     assert first["edits"] == [{"op": "set", "flag": "--hicache-size", "values": ["6"]}]
+
+
+def test_the_commands_own_port_given_twice_keeps_the_servers_address() -> None:
+    # --nccl-port equal to --port: the HTTP bind fails ([Errno 98]) and SGLang hangs; --port is the address.
+    drop = [{"op": "remove", "flag": "--nccl-port"}]
+    assert blind("corpus-real-engine-28", "nccl-port-equals-http-port-hangs")["edits"] == drop
+    assert blind("corpus-real-engine-11", "nccl-port-same-as-http-port-hangs")["edits"] == drop
+    lines = recorded_lines("nccl-port-equals-port-serve-hangs.rc137.txt")
+    first = decided(f"{SERVE} --port 32290 --nccl-port 32290", lines, "hang")
+    assert (first["playbook"], first["edits"]) == ("sglang.network.http-port", drop)
+    # Another server on the port: the server moves, as before.
+    other = decided(f"{SERVE} --port 32290", lines, "hang")
+    assert other["edits"] and other["edits"][0]["op"] == "set_free_port"
