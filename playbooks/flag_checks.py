@@ -26,6 +26,7 @@ from specdoctor.tools.command import (
     SetFlag,
 )
 from specdoctor.tools.edit_policy import edit_policy
+from specdoctor.tools.engine_source.index import version_key
 from specdoctor.tools.flag_synonyms import value_synonyms
 from specdoctor.tools.help_parser import FlagInfo
 from specdoctor.tools.sglang_facts import facts_for
@@ -116,30 +117,39 @@ def _older_releases(version: str) -> list[str]:
     return [v for v in bundled_versions() if v != version]
 
 
-def split_by_phase(name: str, candidates: Sequence[str], version: str) -> tuple[str, str] | None:
-    """(the `-decode` flag, the older release) when `name` is an older release's CUDA graph flag that this one
-    splits into `-decode` and `-prefill`: before the split those flags sized the decode graphs (prefill
-    graphs had flags of their own), so the decode one keeps the meaning."""
+def phase_split(name: str, candidates: Sequence[str], version: str) -> Finding | None:
+    """An older release's CUDA graph flag that this one splits into `-decode` and `-prefill`, so argparse
+    finds it ambiguous: before the split those flags sized the decode graphs (prefill graphs had flags of
+    their own), so the decode one keeps the meaning."""
     decode = f"{name}-decode"
     if decode not in candidates or f"{name}-prefill" not in candidates:
         return None
     older = older_release_with(name, version)
-    return (decode, older) if older else None
+    if older is None:
+        return None
+    return Finding(
+        code="ambiguous-flag",
+        severity="error",
+        category="flag-name",
+        flag=name,
+        message=f"{name} is SGLang {older}'s flag; SGLang {version} splits it into {decode} and "
+        f"{name}-prefill, so argparse finds it ambiguous",
+        evidence=(f"error: ambiguous option: {name} could match {', '.join(candidates)}",),
+        edits=(RenameFlag(flag=name, to=decode),),
+        why=f"in {older} it sized the decode graphs: {decode} keeps that meaning",
+        confidence=0.8,
+    )
 
 
 def older_release_with(name: str, version: str) -> str | None:
     """A bundled release other than `version` whose flags include `name` exactly (newest first)."""
     from specdoctor.tools.catalog_load import bundled
 
-    for older in sorted(_older_releases(version), key=_version_key, reverse=True):
+    for older in sorted(_older_releases(version), key=version_key, reverse=True):
         found = bundled(older).get(name)
         if found is not None and found.name == name:
             return older
     return None
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
 
 
 @cache
@@ -256,19 +266,8 @@ def _name_findings(opt: Option, r: Resolution, spec: LaunchCommand, catalog: Fla
 
 def _ambiguous(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
     shown = ", ".join(r.candidates[:6]) + (" ..." if len(r.candidates) > 6 else "")
-    if split := split_by_phase(opt.name, r.candidates, catalog.version):
-        decode, older = split
-        return Finding(
-            code="ambiguous-flag",
-            severity="error",
-            category="flag-name",
-            flag=opt.name,
-            message=f"{opt.name} is SGLang {older}'s flag; SGLang {catalog.version} splits it by phase ({shown})",
-            evidence=(f"error: ambiguous option: {opt.name} could match {', '.join(r.candidates)}",),
-            edits=(RenameFlag(flag=opt.name, to=decode),),
-            why=f"in {older} it sized the decode graphs: {decode} keeps that meaning",
-            confidence=0.8,
-        )
+    if split := phase_split(opt.name, r.candidates, catalog.version):
+        return split
     best = r.confident
     edits: tuple[Edit, ...] = (RenameFlag(flag=opt.name, to=best.flag),) if best else ()
     return Finding(
@@ -343,7 +342,7 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
 def _removed(opt: Option, catalog: FlagCatalog, hint: str, evidence: tuple[str, ...]) -> Finding | None:
     """A flag an older bundled release had and this one dropped, with no close successor: it goes."""
     older = older_release_with(opt.name, catalog.version)
-    if older is None or _version_key(older) >= _version_key(catalog.version):
+    if older is None or version_key(older) >= version_key(catalog.version):
         return None
     return Finding(
         code="removed-flag",
@@ -480,7 +479,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     target = closest_choice(flag.name, value, choices)
     if flag.nargs in ("+", "*") and len(pieces) > 1 and all(p in choices for p in pieces):
         # A list flag takes its values space-separated; `q_proj,v_proj` is one value argparse does not know.
-        values = tuple(v for w in opt.values for v in (pieces if w == value else [w]))
+        values = _replaced(opt, value, tuple(pieces))
         message += f": {opt.name} takes its values separated by spaces, not commas"
         why = f"the same choices as separate values: {' '.join(values)}"
     elif target is not None:

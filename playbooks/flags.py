@@ -12,7 +12,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
-from specdoctor.playbooks.flag_checks import check_flags, split_by_phase
+from specdoctor.playbooks.flag_checks import check_flags, phase_split
 from specdoctor.playbooks.json_values import json_container, reads_json
 from specdoctor.playbooks.suspects import is_tuning
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
@@ -150,18 +150,11 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
 
 
 def _split_by_phase(ctx: Context, written: str, candidates: list[str]) -> Decision | None:
-    split = split_by_phase(written, candidates, ctx.catalog.version)
-    if split is None:
+    found = phase_split(written, candidates, ctx.catalog.version)
+    if found is None:
         return None
-    decode, older = split
     return fix(
-        ctx,
-        [RenameFlag(flag=written, to=decode)],
-        "flag-name",
-        f"{written} is SGLang {older}'s flag; SGLang {ctx.catalog.version} splits it into {decode} and "
-        f"{written}-prefill, so argparse finds it ambiguous",
-        why=f"in {older} it sized the decode graphs: {decode} keeps that meaning",
-        confidence=0.8,
+        ctx, list(found.edits), found.category, found.message, why=found.why, confidence=found.confidence
     )
 
 

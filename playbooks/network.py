@@ -24,7 +24,7 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     current = ctx.view.int("--port") or DEFAULT_PORT
     bound = _BIND.search(ctx.search_text)
     busy = int(bound.group(2)) if bound else current
-    if own := _same_port_twice(ctx, busy):
+    if busy == current and (own := _same_port_twice(ctx, busy)):
         return own
     # Ports other than --port are derived from it, so moving --port moves them too.
     which = "" if busy == current else f" (a port SGLang derives from --port {current})"
@@ -42,8 +42,6 @@ def _same_port_twice(ctx: Context, busy: int) -> Decision | None:
     """The command gives the busy port to --port and to another port flag of its own (`--nccl-port` equal to
     `--port`): the clash is the command's, and the server's address stays; the other port goes back to
     SGLang's choice (a free NCCL port, or one derived from --port)."""
-    if (ctx.view.int("--port") or DEFAULT_PORT) != busy:
-        return None
     twice = [
         o.name
         for o in ctx.spec.options()
