@@ -591,7 +591,7 @@ def _respelled(opt: Option, flag: FlagInfo, value: str, kind: str | None) -> tup
         kind in ("int", "float")
         and flag.nargs in ("+", "*")
         and len(pieces) > 1
-        and all(map(as_float, pieces))
+        and all(_is_int(p) if kind == "int" else as_float(p) is not None for p in pieces)
     ):
         note = f": {opt.name} takes its values separated by spaces, not commas"
         return (

@@ -261,3 +261,13 @@ def test_key_value_pairs_for_a_json_flag_become_the_json_object() -> None:
     ]
     # A path or a URL with `=` in it is no object.
     assert as_json("http://host/a=b") is None
+
+
+def test_a_comma_list_is_split_only_into_values_the_flag_takes() -> None:
+    # A piece of 0 is a number too; an int list is not given 1.5.
+    def edits(value: str) -> list:
+        command = LaunchCommand.parse(f"{PY} --cuda-graph-bs-decode {value}")
+        return [e for f in check_flags(command, CAT) for e in f.edits]
+
+    assert edits("0,1,2") == [SetFlag(flag="--cuda-graph-bs-decode", values=("0", "1", "2"))]
+    assert edits("1.5,2") == []
