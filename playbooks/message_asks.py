@@ -167,26 +167,45 @@ def _take_back_the_variable(ctx: Context, said: str) -> Decision | None:
 
 
 def _in_the_engines_own_words(ctx: Context, said: str, asked: list[Edit]) -> Decision | None:
-    """The installed SGLang's own source writes this message and the flag it asks for: then the ask is
-    the engine's, not a log's, and the change is proposed for the person to confirm."""
+    """SGLang's own source writes this message and the flag it asks for (the installed engine's, else the
+    bundled table of the release's messages): then the ask is the engine's, not a log's, and the change is
+    proposed for the person to confirm."""
     from specdoctor.tools.catalog_load import installed_engine_folder
+    from specdoctor.tools.engine_source.asks import written_by
     from specdoctor.tools.engine_source.said import said_by_engine
 
-    folder = installed_engine_folder(ctx.spec)
-    edit = asked[0]
-    flag = getattr(edit, "flag", None)
-    if folder is None or flag is None or not said_by_engine(said, flag, folder):
-        return None
-    return fix(
-        ctx,
-        [edit],
-        category_of(flag),
-        f"SGLang asks for {edit.describe()}: {said}",
-        why=f"the installed SGLang ({folder}) writes this message itself; {flag} changes what the server serves "
-        "or accepts, so it is yours to confirm",
-        evidence=(said,),
-        confidence=0.45,
-    )
+    for edit in asked:
+        flag = getattr(edit, "flag", None)
+        if flag is None or _more_is_asked(ctx, said, flag):
+            continue
+        folder = installed_engine_folder(ctx.spec)
+        if folder is not None and said_by_engine(said, flag, folder):
+            source = f"the installed SGLang ({folder}) writes this message itself"
+        elif folder is None and (found := written_by(ctx.catalog.version, flag, said)):
+            source = f"SGLang {found[0]} writes this message itself ({found[1]}:{found[2]})"
+        else:
+            continue
+        return fix(
+            ctx,
+            [edit],
+            category_of(flag),
+            f"SGLang asks for {edit.describe()}: {said}",
+            why=f"{source}; {flag} changes what the server serves or accepts, so it is yours to confirm",
+            evidence=(said,),
+            confidence=0.45,
+        )
+    return None
+
+
+def _more_is_asked(ctx: Context, said: str, flag: str) -> bool:
+    """The sentence asking for `flag` asks for another flag too ("with --enable-lora and preload adapters
+    using --lora-paths"), one the command lacks and the message gives no value for: adding only the first
+    is half of what the engine asks, and the next launch fails on the other half."""
+    at = said.find(flag)
+    sentence = re.split(r"\.(?:\s|$)", said[at + len(flag) :], maxsplit=1)[0] if at >= 0 else ""
+    joined = re.search(r"\b(?:and|both)\b", sentence)
+    others = [f for f in re.findall(r"--[a-z][\w-]+", sentence) if not ctx.view.has(f)]
+    return joined is not None and bool(others) and joined.start() < sentence.find(others[0])
 
 
 def _takes_back(ctx: Context, edit: Edit) -> bool:

@@ -16,7 +16,7 @@ from specdoctor.playbooks.value_checks import check_values
 from specdoctor.playbooks.view import CommandView
 from specdoctor.tools.command import LaunchCommand
 from specdoctor.tools.log_cause import extract_root_cause, server_answer
-from tests.recorded import PY, blind, decided, recorded_lines
+from tests.recorded import PY, blind, context, decided, recorded_lines
 from tests.test_corpus_scores import CAT
 
 DATA = Path(__file__).parent / "data"
@@ -76,11 +76,50 @@ def test_what_the_engines_message_says_to_do_with_the_users_own_flag_is_the_reme
 )
 def test_a_new_flag_of_what_is_served_or_accepted_is_quoted_not_added(flag: str) -> None:
     """The trust boundary: message text is data anyone can write, so a flag that changes what the server
-    serves or accepts is never added on its word; the stop quotes it for the person. (Three blind cases of
-    corpus-real-engine-9 want exactly such a flag added: they are scored wrong, and counted so.)"""
+    serves or accepts is never added on its word alone; the stop quotes it for the person. Nor does copying
+    the engine's phrase around the flag ("Please add `--is-embedding`") make a line the engine's."""
     answer = f'{{"object":"error","message":"This request needs it. Please set `{flag}` to enable it.","code":400}}'
     found = decided(PY, [answer], "runs-but-degraded")
     assert (found["playbook"], found["action"]) == ("sglang.message.remedy", "stop")
+    copied = '{"error":{"message":"Please add `--is-embedding` when launching the server."}}'
+    assert decided(PY, [copied], "runs-but-degraded")["action"] == "stop"
+
+
+@pytest.mark.parametrize(
+    "folder, name, edit, written_in",
+    [
+        (
+            "corpus-real-engine-9",
+            "embeddings-request-without-is-embedding",
+            "set --is-embedding",
+            "tokenizer_manager",
+        ),
+        (
+            "corpus-real-engine-9",
+            "request-chat-template-without-trust-flag",
+            "set --trust-request-chat-template",
+            "serving_chat",
+        ),
+        (
+            "corpus-real-engine-25",
+            "custom-logit-processor-request-without-server-flag",
+            "set --enable-custom-logit-processor",
+            "tokenizer_manager",
+        ),
+    ],
+)
+def test_an_ask_the_releases_own_source_writes_is_proposed_for_the_person(
+    folder: str, name: str, edit: str, written_in: str
+) -> None:
+    """With no engine installed here, the bundled table of the release's own messages grounds the ask: the
+    flag is proposed, below the confidence unattended runs act on, citing the source line that writes it."""
+    found = blind(folder, name)
+    assert (found["playbook"], found["action"]) == ("sglang.message.remedy", "fix")
+    assert _describe(found["edits"]) == [edit]
+    assert found["confidence"] < 0.5
+    case = json.loads((DATA / folder / f"{name}.json").read_text())
+    decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
+    assert "srt/" in decision.why and f"{written_in}.py:" in decision.why
 
 
 def _describe(edits: list[dict]) -> list[str]:
@@ -206,3 +245,19 @@ def test_an_ask_the_installed_engine_writes_itself_is_proposed_for_the_person(sg
         LaunchCommand.parse(command), CAT, crafted, outcome=outcome_from_log(crafted, "runs-but-degraded")
     )
     assert decide(ctx).action == "stop"
+
+
+@pytest.mark.parametrize(
+    "folder, name",
+    [
+        ("corpus-real-engine-21", "chat-request-model-with-ollama-tag"),
+        ("corpus-real-engine-24", "lora-requests-on-server-without-enable-lora"),
+    ],
+)
+def test_half_of_what_the_engines_own_message_asks_is_not_proposed(folder: str, name: str) -> None:
+    """"Launch with --enable-lora and preload adapters using --lora-paths": the message gives no adapter
+    path, so --enable-lora alone would fail again on the other half; the ask is quoted for the person."""
+    case = json.loads((DATA / folder / f"{name}.json").read_text())
+    decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
+    assert (decision.playbook, decision.action) == ("sglang.message.remedy", "stop")
+    assert "--enable-lora" in decision.advice

@@ -499,3 +499,25 @@ def test_free_text_may_be_respelled_but_never_gets_new_words(value: str, refused
     )
     found = invalid_edits(command, [SetFlag(flag="--served-model-name", values=(value,))], bundled("0.5.23"))
     assert bool(found) is refused, found
+
+
+def test_a_line_copying_the_engines_own_message_is_proposed_but_never_applied_unattended(tmp_path) -> None:
+    """A crafted line can copy a message SGLang really writes; then the flag it asks for is proposed, below
+    the confidence unattended runs act on, and the unattended review refuses it as a capability change."""
+    from specdoctor.agent.diagnose import default_planner
+
+    target = model_folder(tmp_path / "m", "LlamaForCausalLM")
+    command = f"python -m sglang.launch_server --model-path {target}"
+    line = (
+        "ValueError: This model does not appear to be an embedding model by default. "
+        "Please add `--is-embedding` when launching the server or try another model."
+    )
+    ctx = make_context(command, [line], outcome=Outcome(kind="exited", exit_code=1))
+    decision = default_planner().plan(ctx).decision
+    assert isinstance(decision, Fix) and [e.describe() for e in decision.edits] == ["set --is-embedding"]
+    assert decision.confidence < 0.5
+    bus = EventBus([])
+    reviewer = Reviewer(PolicyApprover(0.5, Allowance()), CAT, bus, None, lambda *a: None)
+    with pytest.raises(Stopped) as stopped:
+        reviewer.next_command(ctx.spec, decision, 1, [ctx.spec])
+    assert "--is-embedding is identity" in str(stopped.value)

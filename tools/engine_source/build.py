@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdoctor.tools.dirs import cache_dir
+from specdoctor.tools.engine_source import asks
 from specdoctor.tools.engine_source.architectures import REGISTERING, entry_classes
 from specdoctor.tools.engine_source.declarations import declarations
 from specdoctor.tools.engine_source.extract import FileContext, extract_sites
@@ -138,15 +139,22 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     releases: dict[str, dict[str, str]] = {}
+    said: dict[str, dict[str, str]] = {}
     for version in args.versions:
-        releases[version] = from_wheel(wheel_for(version, args.wheels))
+        wheel = wheel_for(version, args.wheels)
+        releases[version], said[version] = from_wheel(wheel), asks.release_sources(wheel)
     for spec in args.tree:
         version, _, folder = spec.partition("=")
         if not folder or not Path(folder).is_dir():
             raise SystemExit(f"--tree {spec}: give VERSION=DIR with DIR the sglang package folder")
-        releases[version] = from_tree(Path(folder))
+        releases[version], said[version] = from_tree(Path(folder)), asks.tree_sources(Path(folder))
     index = build_index(releases)
     size = write_index(index, args.out)
+    if args.out == DATA:
+        table = asks.build(said)
+        print(
+            f"{len(table['texts'])} distinct messages naming a flag, {asks.write(table) / 1e6:.2f} MB → {asks.ASKS}"
+        )
     for version in sorted(index["releases"], key=version_key):
         rel = index["releases"][version]
         print(f"sglang {version}: {len(rel['sites'])} sites in {len(rel['files'])} files", end="")

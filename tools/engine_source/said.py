@@ -1,6 +1,8 @@
-"""Whether a message is one the installed engine itself writes: its words and the flag it asks for stand
-together in one of SGLang's own source files (read as text, never imported). A log line or an answer is data
-anyone can write; the engine's source is not, so a message found there may ask for more than tuning."""
+"""Whether a message is one the engine itself writes: one statement of SGLang's own source (read as text,
+never imported) names the flag the message asks for, and the message holds nearly all of that statement's
+words. A log line or an answer is data anyone can write; the engine's source is not, so a message found there
+may ask for more than tuning. A phrase around the flag ("when launching the server") proves nothing: many
+messages share it, and anyone who writes the flag writes it too."""
 
 from __future__ import annotations
 
@@ -8,42 +10,36 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-# Adjacent string literals across a line break (`"...processor. "` newline `"Please set ..."`).
-_JOIN = re.compile(r"""["']\s*\n\s*[rbf]*["']""")
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
-_NEAR = 400
-_MIN_FRAGMENT = 25
+_FIELD = re.compile(r"\{\}")
+_SPACE = re.compile(r"\s+")
+# How much of the statement's own words (outside its filled-in fields) the message must hold.
+_HELD = 0.8
+_LONGEST_WORDS = 20
+
+
+def covers(text: str, message: str) -> bool:
+    """The message holds the statement's text, its fields filled in any way: nearly all of the literal words,
+    and at least one stretch long enough not to be a common phrase."""
+    said = _SPACE.sub(" ", message)
+    chunks = [c.strip() for c in _FIELD.split(_SPACE.sub(" ", text)) if c.strip()]
+    total = sum(len(c) for c in chunks)
+    held = [c for c in chunks if c in said]
+    return bool(held) and max(map(len, held)) >= _LONGEST_WORDS and sum(map(len, held)) >= _HELD * total
 
 
 @lru_cache(maxsize=64)
 def said_by_engine(message: str, flag: str, folder: Path) -> bool:
-    """The installed engine at `folder` has `flag` within a few hundred characters of a long stretch of
-    the message's own words, in one of its source files."""
-    fragments = _fragments(message)
-    if not fragments:
-        return False
-    for path in folder.rglob("*.py"):
+    """The installed engine at `folder` writes the message, and that statement names `flag`."""
+    from specdoctor.tools.engine_source.asks import messages, names
+
+    for path in (folder / "srt").rglob("*.py"):
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            source = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if flag not in text:
+        if flag not in source:
             continue
-        joined = _JOIN.sub("", text)
-        for fragment in fragments:
-            at = joined.find(fragment)
-            while at != -1:
-                if flag in joined[max(0, at - _NEAR) : at + len(fragment) + _NEAR]:
-                    return True
-                at = joined.find(fragment, at + 1)
+        found = messages({path.name: source})
+        if any(names(text, flag) and covers(text, message) for _, _, text in found):
+            return True
     return False
-
-
-def _fragments(message: str) -> list[str]:
-    """Stretches of the message with nothing a template would fill in, longest first."""
-    parts = [
-        p.strip(" .`'\"")
-        for p in re.split(r"[.`]\s|\d+", _PLACEHOLDER.sub("|", message))
-        for p in p.split("|")
-    ]
-    return sorted((p for p in parts if len(p) >= _MIN_FRAGMENT), key=len, reverse=True)[:3]
