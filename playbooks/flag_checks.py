@@ -477,6 +477,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     message = f"{opt.name} {value} is not one of SGLang's choices ({listed})"
     pieces = [p.strip() for p in value.split(",")]
     target = closest_choice(flag.name, value, choices)
+    described = None if target else flag.choice_described_as(value)
     if flag.nargs in ("+", "*") and len(pieces) > 1 and all(p in choices for p in pieces):
         # A list flag takes its values space-separated; `q_proj,v_proj` is one value argparse does not know.
         values = _replaced(opt, value, tuple(pieces))
@@ -486,6 +487,10 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
         values = tuple(target if v == value else v for v in opt.values)
         message += f"; the closest is {target}"
         why = f"{target} is the choice SGLang spells for `{value}`"
+    elif described is not None:
+        values = tuple(described if v == value else v for v in opt.values)
+        message += f"; SGLang's --help describes {described} in those words"
+        why = f"{flag.name}'s --help says what `{value}` names where it describes {described}"
     else:
         values, why = (), ""
     # No choice is close: a tuning setting goes back to SGLang's own pick (a value of an older release, a
@@ -509,7 +514,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
             edits=edits,
             why=why
             or ("no choice is close to it; without the flag SGLang picks its default" if dropped else ""),
-            confidence=0.95 if values else 0.6 if dropped else 0.0,
+            confidence=0.6 if described else 0.95 if values else 0.6 if dropped else 0.0,
         )
     ]
 

@@ -296,7 +296,9 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             ctx,
             "context-length",
             f"requests are longer than the {allowed} tokens this server accepts",
-            "Shorten the prompts, or use a model (or RoPE scaling) with a longer context.",
+            "Shorten the prompts, or use a model (or RoPE scaling) with a longer context. --allow-auto-truncate "
+            "is no remedy for a prompt over the context: SGLang keeps its first tokens, drops the rest, and "
+            "leaves no room to generate (an empty answer instead of an error).",
         )
     )
 

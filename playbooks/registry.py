@@ -8,6 +8,7 @@ _FAMILIES = (
     "flags",
     "config_file",
     "speculative",
+    "draft_files",
     "memory",
     "cuda_graph",
     "parallel",

@@ -158,24 +158,31 @@ def _naming_a_template(flag: str, built_in: tuple[str, ...]) -> str:
 @playbook(
     id="sglang.serving.queue-too-small-for-warmup",
     category="other",
+    when=("exited", "unhealthy", "degraded"),
     pattern=r"request queue is full",
     priority=30,
 )
 def queue_too_small_for_warmup(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The server's own warm-up request is turned away by --max-queued-requests: it allows no waiting
-    request at all, so the launch never reaches ready."""
-    if not ctx.view.has("--max-queued-requests") or not re.search(
-        r"warmup|Initialization failed", ctx.search_text
-    ):
+    """Requests are turned away (503) by the command's own --max-queued-requests: the server's warm-up
+    request when the cap allows no waiting request at all, so the launch never reaches ready; or clients'
+    requests under load, which the cap exists to shed (taking it back is the person's call)."""
+    cap = ctx.view.get("--max-queued-requests")
+    if cap is None:
         return None
+    warmup = re.search(r"warmup|Initialization failed", ctx.search_text) is not None
     return fix(
         ctx,
         [RemoveFlag(flag="--max-queued-requests")],
         "other",
-        f"--max-queued-requests {ctx.view.get('--max-queued-requests')} leaves no room for the warm-up request",
-        why="SGLang sends one request of its own before it reports ready; without the cap the queue is unbounded",
+        f"--max-queued-requests {cap} leaves no room for the warm-up request"
+        if warmup
+        else f"requests are turned away with 503: --max-queued-requests {cap} lets only {cap} wait",
+        why="SGLang sends one request of its own before it reports ready; without the cap the queue is unbounded"
+        if warmup
+        else "without the cap the queue is unbounded and requests wait instead of failing; keep a cap (larger) "
+        "if shedding load is what it is for",
         evidence=(m.group(0),) if m else (),
-        confidence=0.6,
+        confidence=0.6 if warmup else 0.45,
     )
 
 

@@ -255,7 +255,7 @@ def test_an_ask_the_installed_engine_writes_itself_is_proposed_for_the_person(sg
     ],
 )
 def test_half_of_what_the_engines_own_message_asks_is_not_proposed(folder: str, name: str) -> None:
-    """"Launch with --enable-lora and preload adapters using --lora-paths": the message gives no adapter
+    """ "Launch with --enable-lora and preload adapters using --lora-paths": the message gives no adapter
     path, so --enable-lora alone would fail again on the other half; the ask is quoted for the person."""
     case = json.loads((DATA / folder / f"{name}.json").read_text())
     decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))

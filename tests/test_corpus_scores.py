@@ -58,17 +58,19 @@ FLOORS = {
     "corpus-real-engine-15": (8, 0),
     "corpus-real-engine-16": (8, 0),
     "corpus-real-engine-17": (7, 0),
-    "corpus-real-engine-18": (3, 0),
+    "corpus-real-engine-18": (8, 0),
     "corpus-real-engine-19": (9, 0),
     "corpus-real-engine-20": (12, 1),
     "corpus-real-engine-21": (8, 0),
     "corpus-real-engine-22": (13, 0),
     "corpus-real-engine-23": (11, 0),
     "corpus-real-engine-24": (11, 0),
-    "corpus-real-engine-25": (12, 0),
+    "corpus-real-engine-25": (13, 0),
     "corpus-real-engine-26": (16, 0),
     "corpus-real-engine-27": (12, 0),
     "corpus-real-engine-28": (8, 0),
+    "corpus-real-engine-29": (11, 0),
+    "corpus-real-engine-30": (13, 0),
 }
 
 

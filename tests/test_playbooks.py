@@ -828,6 +828,11 @@ CASES = (
             "sglang.request.metrics-off",
         ),
         ("corpus-real-engine-21", "warmups-voice-chat-on-small-vocab-model", _WARMUP_IDS),
+        (
+            "corpus-real-engine-29",
+            "sc-eagle3-draft-dir-without-weights",
+            "sglang.speculative.draft-unreadable",
+        ),
         ("corpus-real-engine-21", "hf-chat-template-name-not-in-named-templates", _HF_TEMPLATE),
         ("corpus-real-engine-21", "tokenizer-path-points-at-tokenizer-json-file", _TIKTOKEN),
         ("corpus-real-engine-22", "config-architecture-typo-fixed-by-override", _ARCHITECTURE),

@@ -54,6 +54,19 @@ class FlagInfo(BaseModel):
             return tuple(n.strip() for n in found.group(1).split(",") if n.strip())
         return ()
 
+    def choice_described_as(self, value: str) -> str | None:
+        """The one choice whose own words in the help hold every word of `value`: `--sampling-defaults
+        generation_config` is 'model' ("'model' uses the model's generation_config.json"), `--load-format
+        bin` is 'pt' ("'pt' will load the weights in the pytorch bin format"); None when no choice or
+        several do."""
+        words = [w for w in re.split(r"[^a-z0-9]+", value.lower()) if len(w) >= 3]
+        if not words or not self.choices or value in self.choices:
+            return None
+        found = {
+            c for c in self.choices for said in _described(self.help, c, self.choices) if _holds(said, words)
+        }
+        return found.pop() if len(found) == 1 else None
+
     @property
     def deprecated(self) -> bool:
         return self.help.lstrip("( ").lower().startswith("deprecated")
@@ -203,3 +216,21 @@ def _nargs(words: list[str]) -> tuple[Nargs, str | None]:
     if len(words) == 1:
         return None, first
     return len(words), first
+
+
+def _described(help_text: str, choice: str, choices: tuple[str, ...]) -> list[str]:
+    """What the help says right after each quoted mention of `choice`, up to the next choice or sentence."""
+    text = re.sub(r"\s+", " ", help_text)
+    others = "|".join(re.escape(c) for c in choices if c != choice)
+    said = []
+    for m in re.finditer(rf"['\"`]{re.escape(choice)}['\"`]", text):
+        rest = text[m.end() :]
+        stops = [re.search(r"\.(?:\s|$)", rest)] + (
+            [re.search(rf"['\"`](?:{others})['\"`]", rest)] if others else []
+        )
+        said.append(rest[: min((s.start() for s in stops if s), default=len(rest))])
+    return said
+
+
+def _holds(said: str, words: list[str]) -> bool:
+    return all(re.search(rf"(?<![a-z0-9]){re.escape(w)}", said.lower()) for w in words)
