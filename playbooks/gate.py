@@ -319,6 +319,7 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         or _respelled(value, written)
         or _requoted(value, written)
         or _renamed(value, written)
+        or _keys_respelled(value, written, catalog)
     ):
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
@@ -384,6 +385,25 @@ def _renamed(value: str, written: set[str]) -> bool:
             renamed = {OPENAI_SAMPLING_NAMES.get(k, k): v for k, v in theirs.items()}
             if parsed != theirs and all(k in renamed and renamed[k] == v for k, v in parsed.items()):
                 return True
+    return False
+
+
+def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool:
+    """A JSON object of the user's with keys respelled as keys SGLang's checks quote (`name` →
+    `lora_name`): every value is still the user's, every new key the engine's."""
+    from specdoctor.playbooks.json_keys import engine_keys, part_of
+
+    parsed = json_container(value)
+    if not isinstance(parsed, dict):
+        return False
+    known = engine_keys(catalog.version)
+    for theirs in (t for w in written if isinstance(t := json_container(w), dict)):
+        new = [k for k in parsed if k not in theirs]
+        old = [k for k in theirs if k not in parsed]
+        if len(new) == len(old) and new and all(k in known for k in new):
+            pairs = {o: n for o in old for n in new if part_of(o, n)}
+            if len(pairs) == len(old) == len(set(pairs.values())):
+                return all(parsed[pairs.get(k, k)] == v for k, v in theirs.items())
     return False
 
 

@@ -6,6 +6,7 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 
 _FAMILIES = (
     "flags",
+    "json_keys",
     "config_file",
     "speculative",
     "draft_files",

@@ -4,6 +4,8 @@ is never half-done, and PEFT's `all-linear` is SGLang's `all`."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.recorded import PY, SERVE, blind, decided, recorded_lines
 
 
@@ -53,3 +55,44 @@ def test_a_number_in_a_list_is_no_entry_to_take_out() -> None:
     # "Unsupported --prompt-tokens-buckets rule type: '128'": the list lacks its rule name; 128 is not at fault.
     contract = blind("corpus-real-engine-3", "metrics-buckets-without-rule-name")
     assert contract["edits"] != [{"op": "set", "flag": "--prompt-tokens-buckets", "values": ["512", "2048"]}]
+
+
+@pytest.mark.parametrize(
+    "lines, command, fixed",
+    [
+        (
+            "corpus-real-engine-24/lora-paths-json-form-wrong-keys",
+            None,
+            '{"lora_name": "sql", "lora_path": "/adapters/sql-r8"}',
+        ),
+        (
+            "lora-paths-json-with-path-key.rc1.txt",
+            f"{PY} --port 32290 --enable-lora --lora-paths "
+            """'{"lora_name": "chat", "path": "/tmp/rec/adapters/chat-r8"}'""",
+            '{"lora_name": "chat", "lora_path": "/tmp/rec/adapters/chat-r8"}',
+        ),
+    ],
+)
+def test_json_keys_are_respelled_as_the_engines_check_quotes_them(lines, command, fixed) -> None:
+    """SGLang's check asks for 'lora_name' and 'lora_path'; `name`/`path` become them, values untouched, and
+    the gate takes the new keys because the engine's own check quotes them."""
+    if command is None:
+        folder, name = lines.split("/")
+        found = blind(folder, name)
+    else:
+        found = decided(command, recorded_lines(lines))
+    assert found["playbook"] == "sglang.flag.json-keys-respelled"
+    assert found["edits"] == [{"op": "set", "flag": "--lora-paths", "values": [fixed]}]
+
+
+def test_a_json_key_is_never_respelled_into_a_name_no_check_quotes() -> None:
+    from specdoctor.playbooks.gate import invalid_edits
+    from specdoctor.tools.command import LaunchCommand, SetFlag
+    from tests.test_corpus_scores import CAT
+
+    spec = LaunchCommand.parse(f"""{PY} --lora-paths '{{"name": "a", "path": "/p"}}'""")
+    taken = SetFlag(flag="--lora-paths", values=('{"lora_name": "a", "lora_path": "/p"}',))
+    invented = SetFlag(flag="--lora-paths", values=('{"evil_name": "a", "lora_path": "/p"}',))
+    changed = SetFlag(flag="--lora-paths", values=('{"lora_name": "b", "lora_path": "/p"}',))
+    assert invalid_edits(spec, [taken], CAT) == []
+    assert invalid_edits(spec, [invented], CAT) and invalid_edits(spec, [changed], CAT)

@@ -833,6 +833,7 @@ CASES = (
             "sc-eagle3-draft-dir-without-weights",
             "sglang.speculative.draft-unreadable",
         ),
+        ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
         ("corpus-real-engine-21", "hf-chat-template-name-not-in-named-templates", _HF_TEMPLATE),
         ("corpus-real-engine-21", "tokenizer-path-points-at-tokenizer-json-file", _TIKTOKEN),
         ("corpus-real-engine-22", "config-architecture-typo-fixed-by-override", _ARCHITECTURE),
