@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from difflib import SequenceMatcher
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -320,6 +322,7 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         or _requoted(value, written)
         or _renamed(value, written)
         or _keys_respelled(value, written, catalog)
+        or _near_named_file(value, written)
     ):
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
@@ -335,11 +338,11 @@ def _written(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
     command line."""
     written = {t for o in command.options() for t in o.values} | set(command.positionals())
     written |= {piece.strip() for t in written if "," in t for piece in t.split(",")}
-    path = CommandView(command, catalog).get("--config")
-    if path:
-        from specdoctor.playbooks.config_file import config_values
+    from specdoctor.playbooks.config_read import config_values
 
-        written |= config_values(path)
+    for option in command.options():
+        if catalog.canonical(option.name) == "--config" and option.values:
+            written |= config_values(option.values[0])
     return written
 
 
@@ -405,6 +408,21 @@ def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool
             if len(pairs) == len(old) == len(set(pairs.values())):
                 return all(parsed[pairs.get(k, k)] == v for k, v in theirs.items())
     return False
+
+
+def _near_named_file(value: str, written: set[str]) -> bool:
+    """A file that exists beside a path the user wrote, of the same kind, its name that name mistyped
+    (`server.yaml` → `serve.yaml`): the user's own file, not a place a rule made up."""
+    found = Path(value)
+    if not found.is_absolute() or not found.is_file():
+        return False
+    return any(
+        (w := Path(text)).parent == found.parent
+        and w.suffix == found.suffix
+        and SequenceMatcher(None, w.name, found.name).ratio() >= 0.8
+        for text in written
+        if text.startswith("/")
+    )
 
 
 def _run_of(part: list[str], whole: list[str]) -> bool:

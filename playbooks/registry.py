@@ -7,6 +7,7 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 _FAMILIES = (
     "flags",
     "json_keys",
+    "not_a_number",
     "config_file",
     "speculative",
     "draft_files",
