@@ -22,7 +22,7 @@ from specdoctor.tools.command import RemoveFlag, SetFlag
 
 _IN_THE_MERGER = "server_args_config_parser"
 _UNRECOGNIZED = re.compile(r"error: unrecognized arguments: (.*)")
-_REFUSED_VALUE = re.compile(r"argument (--[\w-]+): invalid [^']*?value: '([^']*)'")
+_REFUSED_VALUE = re.compile(r"argument (--[\w-]+): invalid [^']*?value: '([^']*)'", re.I)
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -73,7 +73,7 @@ def host_written_with_port(ctx: Context, m: re.Match[str] | None) -> Decision | 
 
 _NEEDS_A_GPU = (
     r"Torch not compiled with CUDA enabled|0 active drivers \(\[\]\)|No CUDA GPUs are available|"
-    r"CUDA is not available|Found no NVIDIA driver|requires a CUDA or other accelerator"
+    r"CUDA is not available|Found no NVIDIA driver|requires a CUDA or other accelerator|you have a CUDA build"
 )
 
 

@@ -16,7 +16,7 @@ from specdoctor.tools.command import RemoveFlag, SetEnv
 @playbook(
     id="sglang.hardware.missing-module",
     category="other",
-    pattern=r"ModuleNotFoundError: No module named '([\w.]+)'",
+    pattern=r"ModuleNotFoundError: No module named '([\w.]+)'|ImportError: Please install ([\w.-]+)",
     priority=35,
     scope="root",
 )
@@ -24,7 +24,7 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """A Python package SGLang needs on this path is not installed. When the path is a backend the command
     chose (its value names the importing module, `--grammar-backend llguidance` → `llguidance_backend.py`),
     SGLang's default for that flag needs no such package."""
-    name = m.group(1) if m else "?"
+    name = (m.group(1) or m.group(2)) if m else "?"
     stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
     said = ctx.root.error_line or ""
     chosen = [
@@ -37,7 +37,8 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         )
         # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
         or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
-    ]
+        or _switch_named_by(o.name, o.values, f"{stack} {name.lower()}")
+    ] or _feature_whose_default_needs(ctx, name)
     if len(chosen) == 1:
         flag = chosen[0]
         value = ctx.view.get(flag)
@@ -75,3 +76,23 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"the Python package `{name}` is missing from SGLang's environment",
         f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
     )
+
+
+def _switch_named_by(flag: str, values: tuple[str, ...], where: str) -> bool:
+    """A switch whose own words are all in the missing module's name or the importing files
+    (`--enable-memory-saver` and `torch_memory_saver`)."""
+    words = [w for w in flag[2:].split("-") if w not in ("enable", "disable", "use")]
+    return not values and len(words) >= 2 and all(w in where for w in words)
+
+
+def _feature_whose_default_needs(ctx: Context, package: str) -> list[str]:
+    """The feature the command switched on runs on a backend whose default is the missing package
+    (`--disaggregation-mode decode` and `--disaggregation-transfer-backend`'s default `mooncake`): the one
+    flag of the command in that backend flag's family."""
+    families = {
+        info.name[2:].split("-")[0]
+        for info in ctx.catalog.flags
+        if (info.default or "").lower() == package.lower() and not ctx.view.has(info.name)
+    }
+    chosen = [o.name for o in ctx.spec.options() if ctx.view.canon(o.name)[2:].split("-")[0] in families]
+    return chosen if len(chosen) == 1 else []

@@ -144,6 +144,7 @@ def _own_module(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | N
     that code runs only because the command switched the feature on. Only the innermost frames count: the
     outer ones are the scheduler's start-up, which calls every feature's set-up."""
     own = squeeze(re.sub(r"^--(?:enable|use)-", "", flag))
+    family = re.sub(r"^--(?:enable-|use-)?", "", flag).split("-")[0]
     if len(own) < 5:
         return None
     inner = [f for f in ctx.root.frames if "sglang" in f.path][-_INNER_FRAMES:]
@@ -151,7 +152,18 @@ def _own_module(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | N
         parts = frame.path.rsplit("sglang/", 1)[-1].removesuffix(".py").split("/")
         if any(squeeze(p) == own for p in parts):
             return _suspect(flag, "module in stack", (own,), edits)
+        # The feature's module named after the family its flags share (`offloader.py` for --offload-*).
+        if (
+            len(family) >= 6
+            and family not in _JUDGED_TOGETHER
+            and any(p.startswith(family) for p in parts[-1:])
+        ):
+            return _suspect(flag, "module in stack", (family,), edits)
     return None
+
+
+# Settings the speculative rules judge with their algorithm; not taken back as one feature's.
+_JUDGED_TOGETHER = frozenset({"speculative"})
 
 
 _INNER_FRAMES = 4
@@ -295,10 +307,20 @@ def prime_suspect(ctx: Context, ignore: frozenset[str] = frozenset()) -> Suspect
     if not ranked or ranked[0].weight < MIN_WEIGHT:
         return None
     if len(ranked) > 1 and _rank(ranked[1]) == _rank(ranked[0]):
-        return None  # two settings named alike: not a confident guess
+        return _one_feature(ranked)  # two settings named alike: one feature's, or not a confident guess
     if ranked[0].how == "area in stack" and len(ranked) > 1:
         return None  # the code only ran there; another chosen setting on the path may be why it did
     return ranked[0]
+
+
+def _one_feature(ranked: list[Suspect]) -> Suspect | None:
+    """The settings tied at the top are all one feature's, found by its module (`--offload-group-size`
+    and `--offload-num-in-group` in `offloader.py`): the feature is taken back whole."""
+    top = [s for s in ranked if _rank(s) == _rank(ranked[0])]
+    if any(s.how != "module in stack" or s.words != top[0].words for s in top):
+        return None
+    edits = tuple(e for s in top for e in s.edits)
+    return Suspect(setting=top[0].setting, how=top[0].how, words=top[0].words, edits=edits)
 
 
 def _rank(found: Suspect) -> tuple[int, int]:

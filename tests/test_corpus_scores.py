@@ -71,6 +71,8 @@ FLOORS = {
     "corpus-real-engine-28": (8, 0),
     "corpus-real-engine-29": (11, 0),
     "corpus-real-engine-30": (13, 0),
+    "corpus-real-engine-31": (1, 0),
+    "corpus-real-engine-32": (11, 0),
 }
 
 

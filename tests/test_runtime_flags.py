@@ -1,0 +1,78 @@
+"""Lessons of corpus-real-engine-32 (runtime and performance flags copied from GPU recipes; 7 of 13 on
+arrival), each on its blind case and, where the set has one only, a second real launch recorded here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.recorded import PY, blind, decided, recorded_lines
+
+FOLDER = "corpus-real-engine-32"
+
+
+@pytest.mark.parametrize(
+    "name, edit, playbook",
+    [
+        # A switch whose own words are the missing module's name (torch_memory_saver).
+        (
+            "enable-memory-saver-without-torch-memory-saver",
+            "--enable-memory-saver",
+            "sglang.hardware.missing-module",
+        ),
+        # The feature's backend defaults to the missing package (--disaggregation-transfer-backend mooncake).
+        (
+            "pd-decode-mode-single-server-without-mooncake",
+            "--disaggregation-mode",
+            "sglang.hardware.missing-module",
+        ),
+        # "Are you sure you have a CUDA build?" on --device cpu, the flag's words in the failing code.
+        (
+            "layerwise-nvtx-marker-on-cpu-torch-warmup",
+            "--enable-layerwise-nvtx-marker",
+            "sglang.hardware.gpu-feature-off-device",
+        ),
+        # The feature's own module (offloader.py) named after the family of its flags.
+        (
+            "offload-group-size-v2-on-llama-no-submodule-accessor",
+            "--offload-group-size",
+            "sglang.feature.named-in-error",
+        ),
+    ],
+)
+def test_the_setting_that_reached_for_what_is_missing_is_taken_back(
+    name: str, edit: str, playbook: str
+) -> None:
+    found = blind(FOLDER, name)
+    assert found["playbook"] == playbook
+    assert found["edits"] == [{"op": "remove", "flag": edit}]
+
+
+def test_prefill_mode_on_one_server_without_mooncake_too() -> None:
+    lines = recorded_lines("pd-prefill-mode-without-mooncake.rc137.txt")
+    found = decided(f"{PY} --port 32290 --disaggregation-mode prefill", lines)
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.hardware.missing-module",
+        [{"op": "remove", "flag": "--disaggregation-mode"}],
+    )
+
+
+def test_a_missing_package_no_chosen_setting_reaches_for_stays_a_stop() -> None:
+    lines = recorded_lines("pd-prefill-mode-without-mooncake.rc137.txt")
+    assert decided(f"{PY} --port 32290", lines)["action"] == "stop"
+
+
+def test_two_settings_of_one_feature_in_its_module_are_taken_back_together() -> None:
+    import json
+    from pathlib import Path
+
+    case = json.loads(
+        (
+            Path(__file__).parent
+            / "data"
+            / FOLDER
+            / "offload-group-size-v2-on-llama-no-submodule-accessor.json"
+        ).read_text()
+    )
+    command = case["command"].replace("--offload-num-in-group 1", "--offload-num-in-group 2")
+    found = decided(command, case["log"].splitlines())
+    assert sorted(e["flag"] for e in found["edits"]) == ["--offload-group-size", "--offload-num-in-group"]
