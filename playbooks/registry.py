@@ -14,6 +14,7 @@ _FAMILIES = (
     "memory",
     "cuda_graph",
     "parallel",
+    "mlp_sync",
     "network",
     "addresses",
     "serving",

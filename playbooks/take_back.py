@@ -95,4 +95,6 @@ def setting_of_a_chosen_feature(flag: str, ctx: Context) -> bool:
 _FAMILY = {
     "--speculative-algorithm": ("--speculative-",),
     "--enable-lora": ("--lora-", "--max-lora-", "--max-loras-", "--max-loaded-loras"),
+    # A node's rank and the first node's address mean something only with more than one node.
+    "--nnodes": ("--node-rank", "--dist-init-addr"),
 }

@@ -68,11 +68,11 @@ FLOORS = {
     "corpus-real-engine-25": (13, 0),
     "corpus-real-engine-26": (16, 0),
     "corpus-real-engine-27": (12, 0),
-    "corpus-real-engine-28": (8, 0),
+    "corpus-real-engine-28": (10, 0),
     "corpus-real-engine-29": (11, 0),
     "corpus-real-engine-30": (13, 0),
     "corpus-real-engine-31": (1, 0),
-    "corpus-real-engine-32": (11, 0),
+    "corpus-real-engine-32": (12, 0),
 }
 
 

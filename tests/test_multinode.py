@@ -303,3 +303,12 @@ def test_a_detached_two_node_launch_is_recorded_on_every_node_and_stop_ends_both
     stopped = _cli("stop", "--grace", "5", str(run), cwd=tmp_path)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert our_processes() == []
+
+
+def test_one_nodes_command_copied_with_more_nodes_loses_the_rank_with_the_node_count() -> None:
+    """corpus-real-engine-28 (blind): --nnodes 2 --node-rank 0 on one host fails SGLang's divisibility
+    check; without --nnodes, a node rank (and a first node's address) means nothing, so it goes too."""
+    from tests.recorded import blind
+
+    found = blind("corpus-real-engine-28", "nnodes-2-with-tp-1-single-host")
+    assert sorted(e["flag"] for e in found["edits"]) == ["--nnodes", "--node-rank"]

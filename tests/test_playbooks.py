@@ -835,6 +835,11 @@ CASES = (
         ),
         ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
+        (
+            "corpus-real-engine-28",
+            "attn-dp-on-cpu-torch-native-not-implemented",
+            "sglang.parallel.mlp-sync-unsupported-backend",
+        ),
         ("corpus-real-engine-21", "hf-chat-template-name-not-in-named-templates", _HF_TEMPLATE),
         ("corpus-real-engine-21", "tokenizer-path-points-at-tokenizer-json-file", _TIKTOKEN),
         ("corpus-real-engine-22", "config-architecture-typo-fixed-by-override", _ARCHITECTURE),

@@ -76,3 +76,20 @@ def test_two_settings_of_one_feature_in_its_module_are_taken_back_together() -> 
     command = case["command"].replace("--offload-num-in-group 1", "--offload-num-in-group 2")
     found = decided(command, case["log"].splitlines())
     assert sorted(e["flag"] for e in found["edits"]) == ["--offload-group-size", "--offload-num-in-group"]
+
+
+@pytest.mark.parametrize(
+    "folder, name, flag",
+    [
+        (FOLDER, "moe-dense-tp-size-1-on-cpu-gathered-buffer-warmup", "--moe-dense-tp-size"),
+        ("corpus-real-engine-28", "attn-dp-on-cpu-torch-native-not-implemented", "--attn-dp-size"),
+    ],
+)
+def test_the_layout_that_switches_the_mlp_sync_on_goes_when_the_backend_cannot_pad(
+    folder: str, name: str, flag: str
+) -> None:
+    """Two real launches recorded blind: an all-gathered dense MLP and attention DP, each padding its batch
+    through torch_native's missing get_cuda_graph_seq_len_fill_value()."""
+    found = blind(folder, name)
+    assert found["playbook"] == "sglang.parallel.mlp-sync-unsupported-backend"
+    assert found["edits"] == [{"op": "remove", "flag": flag}]
