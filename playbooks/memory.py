@@ -303,3 +303,34 @@ def hicache_host_too_small(ctx: Context, m: re.Match[str] | None) -> Decision | 
         evidence=(m.group(0),),
         confidence=0.6,
     )
+
+
+_POOL_BELOW_CONTEXT = re.compile(r"KV pool holds (\d+) tokens, fewer than --context-length (\d+)")
+
+
+@playbook(
+    id="sglang.memory.pool-below-context",
+    category="context-length",
+    when=("degraded", "unhealthy"),
+    pattern=_POOL_BELOW_CONTEXT.pattern,
+    priority=45,
+)
+def pool_below_context(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang warns at start that the KV pool holds fewer tokens than one full-length request, then cuts or
+    refuses answers that do not fit: when the pool is the command's own --max-total-tokens (a per-request
+    cap by mistake: it sizes the whole pool), the cap goes."""
+    assert m is not None
+    pool, context = int(m.group(1)), int(m.group(2))
+    if ctx.view.int("--max-total-tokens") != pool:
+        return None  # the pool came out small from memory: the warning's own advice is for a person
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--max-total-tokens")],
+        "context-length",
+        f"--max-total-tokens {pool} sizes the whole KV pool below one {context}-token request, so answers "
+        "are cut short or refused",
+        why="--max-total-tokens is the pool every running request shares, not a per-request limit (that is "
+        "the request's max_tokens); without it SGLang sizes the pool from the memory left",
+        evidence=(m.group(0),),
+        confidence=0.6,
+    )

@@ -65,7 +65,7 @@ FLOORS = {
     "corpus-real-engine-22": (13, 0),
     "corpus-real-engine-23": (11, 0),
     "corpus-real-engine-24": (12, 0),
-    "corpus-real-engine-25": (13, 0),
+    "corpus-real-engine-25": (14, 0),
     "corpus-real-engine-26": (16, 0),
     "corpus-real-engine-27": (12, 0),
     "corpus-real-engine-28": (10, 0),

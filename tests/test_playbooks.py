@@ -836,6 +836,11 @@ CASES = (
         ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         (
+            "corpus-real-engine-25",
+            "max-total-tokens-64-truncates-completion",
+            "sglang.memory.pool-below-context",
+        ),
+        (
             "corpus-real-engine-28",
             "attn-dp-on-cpu-torch-native-not-implemented",
             "sglang.parallel.mlp-sync-unsupported-backend",

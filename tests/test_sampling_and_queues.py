@@ -65,3 +65,27 @@ def test_a_prompt_over_the_models_context_is_a_stop_that_says_truncation_is_no_r
     )
     decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
     assert decision.action == "stop" and "--allow-auto-truncate is no remedy" in decision.advice
+
+
+def test_a_pool_the_command_capped_below_one_request_takes_the_cap_back() -> None:
+    """SGLang's own start-up warning ("KV pool holds 64 tokens, fewer than --context-length 512") and an
+    answer cut at 'length' short of its max_tokens: the blind case of corpus-real-engine-25 and a second
+    real launch at 128 tokens."""
+    found = blind("corpus-real-engine-25", "max-total-tokens-64-truncates-completion")
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.memory.pool-below-context",
+        [{"op": "remove", "flag": "--max-total-tokens"}],
+    )
+    # Recorded here with `--max-total-tokens 128` and one chat request for 120 tokens (it got 64).
+    lines = (
+        (DATA / "sglang-outputs" / "max-total-tokens-128-cuts-chat-answers.degraded.txt")
+        .read_text()
+        .splitlines()
+    )
+    again = decided(f"{PY} --port 32290".replace("4096", "128"), lines, "runs-but-degraded")
+    assert again["edits"] == [{"op": "remove", "flag": "--max-total-tokens"}]
+    # A pool that came out small from memory is not the command's cap: the warning is for a person.
+    assert (
+        decided(f"{PY} --port 32290", lines, "runs-but-degraded")["playbook"]
+        != "sglang.memory.pool-below-context"
+    )
