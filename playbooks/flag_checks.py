@@ -418,6 +418,19 @@ def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
     if (flag.nargs in (None, "?") and n > 1) or (isinstance(flag.nargs, int) and n > flag.nargs):
         keep = 1 if flag.nargs in (None, "?") else int(flag.nargs)  # type: ignore[arg-type]
         extra = " ".join(opt.values[keep:])
+        if keep == 1 and _split_path(opt.values):
+            joined = " ".join(opt.values)
+            return Finding(
+                code="path-split-at-spaces",
+                severity="error",
+                category="flag-name",
+                flag=opt.name,
+                message=f"{opt.name} takes one path, and the shell split `{joined}` at its spaces",
+                evidence=(f"error: unrecognized arguments: {extra}",),
+                edits=(SetFlag(flag=opt.name, values=(joined,)),),
+                why="a path with spaces reaches SGLang whole only when quoted; the words after it continue it",
+                confidence=0.6,
+            )
         return Finding(
             code="extra-values",
             severity="error",
@@ -430,6 +443,15 @@ def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
             confidence=0.6,
         )
     return None
+
+
+def _split_path(values: tuple[str, ...]) -> bool:
+    """A folder path the shell split at its spaces: it starts as a path and goes on into a folder
+    (`/data/my models/llama` as `/data/my` `models/llama`)."""
+    first, rest = values[0], values[1:]
+    return first.startswith(("/", "./", "~/")) and all(
+        "/" in w and not w.startswith(("-", "/")) for w in rest
+    )
 
 
 def _truthy(opt: Option) -> bool:

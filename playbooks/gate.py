@@ -323,6 +323,8 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         or _renamed(value, written)
         or _keys_respelled(value, written, catalog)
         or _near_named_file(value, written)
+        or (" " in value and all(w in written for w in value.split(" ")))
+        or _cached_revision(flag.name, value, command)
     ):
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
@@ -408,6 +410,17 @@ def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool
             if len(pairs) == len(old) == len(set(pairs.values())):
                 return all(parsed[pairs.get(k, k)] == v for k, v in theirs.items())
     return False
+
+
+def _cached_revision(flag: str, value: str, command: LaunchCommand) -> bool:
+    """A commit of the command's own model repo that this host's Hub cache holds complete."""
+    from specdoctor.tools.hf_cache import cached, hub_cache
+
+    if flag != "--revision":
+        return False
+    repo = next((o.values[0] for o in command.options() if o.name == "--model-path" and o.values), "")
+    found = cached(hub_cache(command.env_dict()), repo) if "/" in repo else None
+    return found is not None and value in found.complete
 
 
 def _near_named_file(value: str, written: set[str]) -> bool:

@@ -23,6 +23,7 @@ _FAMILIES = (
     "first_requests",
     "input_embeds",
     "architectures",
+    "hub",
     "model",
     "weights",
     "weight_shapes",

@@ -29,7 +29,7 @@ def valid_repo_id(text: str) -> bool:
     )
 
 
-def _looks_like_a_path(text: str) -> bool:
+def looks_like_a_path(text: str) -> bool:
     """A folder, a URL of a remote loader, or a shell variable the command was written with: not a repo id."""
     return (
         text.startswith(("/", ".", "~"))
@@ -39,14 +39,38 @@ def _looks_like_a_path(text: str) -> bool:
 
 
 def check_repo_ids(view: CommandView) -> list[Finding]:
-    """Model paths that are neither folders (by their look) nor valid repo ids."""
+    """Model paths that are neither folders (by their look) nor valid repo ids, or that name one file of
+    the model's folder."""
     found = []
     for flag in _PATH_FLAGS:
         path = view.get(flag)
-        if not path or _looks_like_a_path(path) or valid_repo_id(path):
-            continue
-        found.append(_finding(view, flag, path))
+        if path and _FOLDER_FILE.search(path):
+            found.append(_file_in_the_folder(flag, path))
+        elif path and not looks_like_a_path(path) and not valid_repo_id(path):
+            found.append(_finding(view, flag, path))
     return found
+
+
+# Files a checkpoint folder holds: SGLang loads a folder (or a Hub repo), never one of them (a GGUF file is a
+# whole model and loads as a file).
+_FOLDER_FILE = re.compile(
+    r"/(?:[^/]+\.(?:safetensors|bin|pt|pth)|config\.json|tokenizer(?:_config)?\.json|"
+    r"model\.safetensors\.index\.json|generation_config\.json)$"
+)
+
+
+def _file_in_the_folder(flag: str, path: str) -> Finding:
+    folder = path.rsplit("/", 1)[0] or "/"
+    return Finding(
+        code="model-path-is-a-file",
+        severity="error",
+        category="model-path",
+        flag=flag,
+        message=f"{flag} {path} names one file of a checkpoint; SGLang loads the folder that holds it",
+        edits=(SetFlag(flag=flag, values=(folder,)),),
+        why=f"{folder} is the folder with config.json, the weights and the tokenizer",
+        confidence=0.8,
+    )
 
 
 def _finding(view: CommandView, flag: str, path: str) -> Finding:

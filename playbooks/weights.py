@@ -8,6 +8,7 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.hub import from_the_cache
 from specdoctor.tools.command import RemoveFlag
 
 _NO_WEIGHTS = r"Cannot find any model weights with|No model weights found in"
@@ -28,6 +29,13 @@ def no_weights(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             evidence=(m.group(0),) if m else (),
             confidence=0.6,
         )
+    repo = ctx.view.get("--model-path") or ""
+    if (
+        m is not None
+        and f"`{repo}`" in m.string[m.start() : m.start() + 300]
+        and (cached := from_the_cache(ctx, repo))
+    ):
+        return cached  # a Hub repo whose cached snapshot has no weights, another has them
     return stop(
         ctx,
         "model-path",

@@ -835,6 +835,7 @@ CASES = (
         ),
         ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
+        ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         (
             "corpus-real-engine-25",
             "max-total-tokens-64-truncates-completion",
