@@ -20,6 +20,7 @@ from specdoctor.tools.command import (
     Edit,
     LaunchCommand,
     Option,
+    Positional,
     PositionalToFlag,
     RemoveFlag,
     RenameFlag,
@@ -45,8 +46,15 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if opt.name in _HELP:
             findings.append(_asks_for_help(opt))
             continue
-        if spec.is_serve_cli and opt.name in (serve := facts_for(catalog.version).serve_options):
+        serve = facts_for(catalog.version).serve_options
+        if spec.is_serve_cli and opt.name in serve:
             findings.extend(_serve_option(opt, serve[opt.name]))
+            continue
+        if opt.name in serve:
+            findings.append(_serve_only_option(opt))
+            continue
+        if " " in opt.name and (joined := _flag_and_value_in_one_word(opt, catalog)) is not None:
+            findings.append(joined)
             continue
         if (renamed := _switch_renamed(opt, catalog)) is not None:
             findings.append(renamed)
@@ -59,11 +67,86 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if resolution.flag is not None and resolution.status != "synonym":
             findings.extend(_value_findings(opt, resolution.flag, spec))
     findings.extend(_duplicates(spec, catalog))
+    findings.extend(_inline_lists(spec, catalog))
     findings.extend(_positional_findings(spec, catalog))
     return findings
 
 
+def _inline_lists(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
+    """`--lora-paths=a=/p1 b=/p2`: argparse gives a list flag written `--flag=value` that one value and
+    rejects the words after it; they were more of its values."""
+    found = []
+    args = list(spec.args)
+    for i, a in enumerate(args):
+        info = catalog.get(catalog.canonical(a.name)) if isinstance(a, Option) and a.inline else None
+        if info is None or info.nargs not in ("+", "*"):
+            continue
+        more = []
+        for b in args[i + 1 :]:
+            if not isinstance(b, Positional):
+                break
+            more.append(b.value)
+        if more and isinstance(a, Option):
+            values = (*a.values, *more)
+            found.append(
+                Finding(
+                    code="list-flag-with-equals",
+                    severity="error",
+                    category="flag-name",
+                    flag=a.name,
+                    message=f"{a.name}={a.values[0]} takes that one value; argparse rejects {' '.join(more)}",
+                    evidence=(f"error: unrecognized arguments: {' '.join(more)}",),
+                    edits=(
+                        *(PositionalToFlag(value=w, flag=info.name) for w in more),
+                        SetFlag(flag=info.name, values=values),
+                    ),
+                    why=f"written `{info.name} {' '.join(values)}`, every word is one of its values",
+                    confidence=0.8,
+                )
+            )
+    return found
+
+
 _HELP = ("--help", "-h")
+
+
+def _serve_only_option(opt: Option) -> Finding:
+    """`sglang serve`'s own dispatcher option given to `python -m sglang.launch_server`, which has no
+    dispatcher: it always serves the language model, what `--model-type llm` (or auto) picks."""
+    value = opt.values[0] if opt.values else ""
+    language = value.lower() in ("llm", "auto", "")
+    return Finding(
+        code="serve-only-option",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} is an option of `sglang serve`, not of python -m sglang.launch_server",
+        edits=(RemoveFlag(flag=opt.name),) if language else (),
+        why="launch_server always serves the language model, which is what it picks"
+        if language
+        else f"launch `{value}` models with `sglang serve {opt.name} {value}`",
+        confidence=0.8 if language else 0.0,
+    )
+
+
+def _flag_and_value_in_one_word(opt: Option, catalog: FlagCatalog) -> Finding | None:
+    """`"--port 30000"` as one argv word (a Dockerfile's exec form, a YAML args list): argparse sees one
+    unknown option; the flag and its value were meant as two words."""
+    name, _, rest = opt.name.partition(" ")
+    info = catalog.get(name)
+    if info is None or not rest.strip():
+        return None
+    values = tuple(rest.split()) + opt.values
+    return Finding(
+        code="flag-and-value-in-one-word",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"`{opt.name}` is one word to argparse; {name} and its value are two",
+        edits=(RenameFlag(flag=opt.name, to=name, values=values),),
+        why="in an exec-form list each word is its own item: the flag, then its value",
+        confidence=0.8,
+    )
 
 
 def _value_after_abbreviated_switch(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding | None:
@@ -251,7 +334,9 @@ def _name_findings(opt: Option, r: Resolution, spec: LaunchCommand, catalog: Fla
                 severity="error",
                 category="flag-name",
                 flag=name,
-                message=f"SGLang does not accept {name}: its flags are spelled with dashes ({target})",
+                message=f"SGLang does not accept {name}: its flags are spelled with "
+                + ("two plain dashes, not a typographic one" if name[0] in "\u2013\u2014" else "dashes")
+                + f" ({target})",
                 evidence=(f"error: unrecognized arguments: {' '.join(opt.tokens())}",),
                 edits=(RenameFlag(flag=name, to=target),),
                 why=f"{target} is the same option with dashes",
@@ -397,11 +482,38 @@ def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchCommand) -> list[Fi
         return [count]
     found: list[Finding] = []
     for value in values:
-        if flag.choices is not None:
+        if (pasted := _pasted_punctuation(opt, value)) is not None:
+            found.append(pasted)
+        elif flag.choices is not None:
             found.extend(_choice(opt, flag, value))
         else:
             found.extend(_typed(opt, flag, value))
     return found
+
+
+# Quotes a word processor or a web page puts around a value, and a separator left from a list it was copied
+# from: no shell removes them, so SGLang gets them as part of the value.
+_TYPOGRAPHIC_QUOTES = "\u201c\u201d\u2018\u2019\u201e\u00ab\u00bb"
+_LEFT_FROM_A_LIST = re.compile(r"^([^,;\s]+)[,;]$")
+
+
+def _pasted_punctuation(opt: Option, value: str) -> Finding | None:
+    quoted = value.strip(_TYPOGRAPHIC_QUOTES)
+    left = _LEFT_FROM_A_LIST.match(value)
+    plain = quoted if quoted != value and quoted else left.group(1) if left else None
+    if plain is None:
+        return None
+    what = "typographic quotes" if quoted != value else f"a trailing `{value[-1]}`"
+    return Finding(
+        code="pasted-punctuation",
+        severity="error",
+        category="flag-name",
+        flag=opt.name,
+        message=f"{opt.name} {value} carries {what}, which become part of the value",
+        edits=(SetFlag(flag=opt.name, values=tuple(plain if v == value else v for v in opt.values)),),
+        why=f"`{plain}` is the value without them: no shell strips them",
+        confidence=0.8 if quoted != value else 0.6,
+    )
 
 
 def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
@@ -418,6 +530,19 @@ def _count_problem(opt: Option, flag: FlagInfo) -> Finding | None:
     if (flag.nargs in (None, "?") and n > 1) or (isinstance(flag.nargs, int) and n > flag.nargs):
         keep = 1 if flag.nargs in (None, "?") else int(flag.nargs)  # type: ignore[arg-type]
         extra = " ".join(opt.values[keep:])
+        whole = as_json(" ".join(opt.values)) if keep == 1 and reads_json(flag) else None
+        if whole is not None:
+            return Finding(
+                code="json-split-at-spaces",
+                severity="error",
+                category="flag-name",
+                flag=opt.name,
+                message=f"{opt.name}'s JSON reached SGLang as {n} words: the shell split it and ate its quotes",
+                evidence=(f"error: unrecognized arguments: {extra}",),
+                edits=(SetFlag(flag=opt.name, values=(whole,)),),
+                why="the same object as one JSON word; in a shell, single quotes around it keep it whole",
+                confidence=0.7,
+            )
         if keep == 1 and _split_path(opt.values):
             joined = " ".join(opt.values)
             return Finding(

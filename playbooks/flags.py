@@ -268,3 +268,27 @@ def _json_objects(ctx: Context) -> list[tuple[str, tuple[str, ...]]]:
         if isinstance(parsed := json_container(value), dict):
             found.append((flag, tuple(parsed)))
     return found
+
+
+@playbook(
+    id="sglang.value.pasted-punctuation", category="other", when=("exited", "hung", "unhealthy"), priority=8
+)
+def pasted_punctuation(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A value carries quotes or a separator pasted with it (`“/models/llama”`, `--host 127.0.0.1,`) and
+    the log shows SGLang working with it so: the value without them is what was meant."""
+    for finding in ctx.findings:
+        if finding.code != "pasted-punctuation" or not finding.edits or not finding.flag:
+            continue
+        written = ctx.view.get(finding.flag) or ""
+        marks = [ch for ch in written if ch in "\u201c\u201d\u2018\u2019\u201e\u00ab\u00bb"]
+        if written and (written in ctx.search_text or any(ch in ctx.root_text for ch in marks)):
+            return fix(
+                ctx,
+                list(finding.edits),
+                "model-path" if "path" in finding.flag else "other",
+                finding.message,
+                why=finding.why,
+                evidence=(ctx.root.error_line or "",),
+                confidence=finding.confidence,
+            )
+    return None

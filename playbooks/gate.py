@@ -279,6 +279,11 @@ def _rename_problem(edit: RenameFlag, command: LaunchCommand, catalog: FlagCatal
         or (target.name.startswith(edit.flag) and target.name != edit.flag)
         # An older release's switch, which this one spells with `--enable-` (SGLang's naming of switches).
         or (target.name == f"--enable-{edit.flag.removeprefix('--')}" and target.nargs == 0)
+        # A flag and its value written as one word (`"--port 30000"`): the words are the user's.
+        or (
+            edit.flag.split(" ", 1)[0] == target.name
+            and edit.values == tuple(edit.flag.split()[1:]) + _written_values(command, edit.flag)
+        )
     )
     if not explained:
         return f"nothing in SGLang {catalog.version}'s flags makes {edit.flag} mean {target.name}"
@@ -325,6 +330,7 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         or _near_named_file(value, written)
         or (" " in value and all(w in written for w in value.split(" ")))
         or _cached_revision(flag.name, value, command)
+        or any(w != value and w.strip(_PASTED) == value for w in written)
     ):
         return None  # the user's own value, moved, kept or respelled
     if value in flag.listed_values or value in facts_for(catalog.version).named_values(flag.name):
@@ -339,6 +345,8 @@ def _written(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
     and in the command's own --config file, which SGLang reads whether the values stay there or move to the
     command line."""
     written = {t for o in command.options() for t in o.values} | set(command.positionals())
+    written |= {w for o in command.options() if " " in o.name for w in o.name.split()[1:]}
+    written |= {" ".join(o.values) for o in command.options() if len(o.values) > 1}
     written |= {piece.strip() for t in written if "," in t for piece in t.split(",")}
     from specdoctor.playbooks.config_read import config_values
 
@@ -410,6 +418,10 @@ def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool
             if len(pairs) == len(old) == len(set(pairs.values())):
                 return all(parsed[pairs.get(k, k)] == v for k, v in theirs.items())
     return False
+
+
+# Quotes and list separators pasted around a value (see flag_checks._pasted_punctuation).
+_PASTED = "\u201c\u201d\u2018\u2019\u201e\u00ab\u00bb,;"
 
 
 def _cached_revision(flag: str, value: str, command: LaunchCommand) -> bool:

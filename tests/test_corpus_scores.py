@@ -73,6 +73,8 @@ FLOORS = {
     "corpus-real-engine-30": (13, 0),
     "corpus-real-engine-31": (1, 0),
     "corpus-real-engine-32": (12, 0),
+    "corpus-real-engine-33": (5, 0),
+    "corpus-real-engine-34": (12, 0),
 }
 
 

@@ -837,6 +837,11 @@ CASES = (
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         (
+            "corpus-real-engine-34",
+            "host-with-trailing-comma-hangs-in-dist-init",
+            "sglang.value.pasted-punctuation",
+        ),
+        (
             "corpus-real-engine-25",
             "max-total-tokens-64-truncates-completion",
             "sglang.memory.pool-below-context",

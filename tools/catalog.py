@@ -108,7 +108,8 @@ class FlagCatalog:
         name = written.split("=", 1)[0]
         if (hit := self._argparse_match(name)) is not None:
             return hit
-        fixed = name.replace("_", "-").lower() if name.startswith("--") else name
+        plain = re.sub(r"^[-\u2013\u2014]+", "--", name) if name.startswith(("\u2013", "\u2014")) else name
+        fixed = plain.replace("_", "-").lower() if plain.startswith("--") else plain
         if fixed != name and (hit := self._argparse_match(fixed)) is not None and hit.flag is not None:
             return Resolution(written=name, status="underscore", flag=hit.flag, negated=hit.negated)
         synonym = BY_WRITTEN.get(name) or BY_WRITTEN.get(fixed)

@@ -285,7 +285,13 @@ def group_args(tokens: Sequence[str]) -> list[Option | Positional]:
     current: list[str] | None = None
     name = ""
     for tok in tokens:
-        if tok.startswith("-") and tok != "-" and not _NEGATIVE_NUMBER.match(tok):
+        # A flag pasted from a web page starts with an en or em dash; argparse takes it for a word, but it
+        # was written as a flag, and is grouped as one so that it can be respelled.
+        if (
+            tok.startswith(("-", "\u2013", "\u2014"))
+            and tok not in ("-", "\u2013", "\u2014")
+            and not _NEGATIVE_NUMBER.match(tok)
+        ):
             if current is not None:
                 out.append(Option(name=name, values=tuple(current)))
             current = None
