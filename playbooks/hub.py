@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.repo_ids import looks_like_a_path, valid_repo_id
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
@@ -54,6 +54,8 @@ def hub_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             evidence=(m.group(0),),
             confidence=0.5,
         )
+    if repos == ["--speculative-draft-model-path"]:
+        return _named_repo_unreachable(ctx, repos[0], m.group(0))
     if repos == ["--model-path"] and ctx.view.has("--revision") and _offline(ctx):
         return fix(
             ctx,
@@ -66,6 +68,20 @@ def hub_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             confidence=0.45,
         )
     return None
+
+
+def _named_repo_unreachable(ctx: Context, flag: str, said: str) -> Decision:
+    """The one Hub repo of the command is the draft's: say so, with what to do (no flag names a local copy)."""
+    repo = ctx.view.get(flag)
+    return stop(
+        ctx,
+        "model-path",
+        f"the {flag} repo {repo} is neither cached on this host nor reachable",
+        f"Download it while the Hub is reachable (`hf download {repo}`) and point {flag} at the local folder, "
+        "or set HF_HOME / HF_HUB_CACHE to the cache that holds it.",
+        evidence=(said,),
+        confidence=0.7,
+    )
 
 
 def _read_the_cache_offline(ctx: Context, repo: str, said: str) -> Decision | None:

@@ -90,3 +90,10 @@ def test_what_the_command_alone_tells(name: str, edits: list[str]) -> None:
     case = json.loads((DATA / f"{name}.json").read_text())
     decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
     assert [e.describe() for e in decision.edits] == edits
+
+
+def test_an_unreachable_draft_repo_is_named_in_the_stop() -> None:
+    case = json.loads((DATA / "speculative-draft-model-path-repo-id-offline.json").read_text())
+    decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
+    assert decision.action == "stop" and "--speculative-draft-model-path repo" in decision.summary
+    assert "hf download yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" in decision.advice
