@@ -63,14 +63,15 @@ def split_message(text: str) -> tuple[str | None, str]:
 
 
 @cache
-def _prepared(index: SourceIndex) -> list[tuple[int, list[tuple[str, bool]], int]]:
+def _prepared(index: SourceIndex) -> list[tuple[int, list[tuple[str, bool]], int, str]]:
+    """Each check's normalized template pieces, their length, and its first literal piece."""
     found = []
     for check, raw in enumerate(index.checks):
         segs = [(normalize(lit), after) for lit, after in segments(raw.get("template", ""))]
         segs = [(lit, after) for lit, after in segs if lit or after]
         total = sum(len(lit) for lit, _ in segs)
         if total >= MIN_LITERAL:
-            found.append((check, segs, total))
+            found.append((check, segs, total, next(lit for lit, _ in segs if lit)))
     return found
 
 
@@ -172,7 +173,11 @@ def rank_messages(
         return []
     release = index.release(version)
     scored = []
-    for check, segs, total in _prepared(index):
+    tail, open_end = message[-_TAIL:], message.endswith(_ELLIPSIS)
+    for check, segs, total, first in _prepared(index):
+        # What `score` needs of the first piece, tested in C first: the message holds it, or stops in it.
+        if first not in message and not open_end and (len(tail) < _TAIL or tail not in first):
+            continue
         value, truncated = score(message, segs, total)
         if value <= 0:
             continue
