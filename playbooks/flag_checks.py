@@ -65,7 +65,7 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
             continue
         findings.extend(_name_findings(opt, resolution, spec, catalog))
         if resolution.flag is not None and resolution.status != "synonym":
-            findings.extend(_value_findings(opt, resolution.flag, spec))
+            findings.extend(_value_findings(opt, resolution.flag, spec, catalog.version))
     findings.extend(_duplicates(spec, catalog))
     findings.extend(_inline_lists(spec, catalog))
     findings.extend(_positional_findings(spec, catalog))
@@ -224,6 +224,17 @@ def phase_split(name: str, candidates: Sequence[str], version: str) -> Finding |
     )
 
 
+def older_release_with_choice(name: str, value: str, version: str) -> str | None:
+    """The newest bundled release older than `version` that lists `value` among `name`'s choices."""
+    from specdoctor.tools.catalog_load import bundled
+
+    for older in sorted(_older_releases(version), key=version_key, reverse=True):
+        found = bundled(older).get(name)
+        if version_key(older) < version_key(version) and found is not None and value in (found.choices or ()):
+            return older
+    return None
+
+
 def older_release_with(name: str, version: str) -> str | None:
     """A bundled release other than `version` whose flags include `name` exactly (newest first)."""
     from specdoctor.tools.catalog_load import bundled
@@ -353,6 +364,9 @@ def _ambiguous(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
     shown = ", ".join(r.candidates[:6]) + (" ..." if len(r.candidates) > 6 else "")
     if split := phase_split(opt.name, r.candidates, catalog.version):
         return split
+    evidence = (f"error: ambiguous option: {opt.name} could match {', '.join(r.candidates)}",)
+    if (removed := _removed(opt, catalog, "", evidence)) is not None:
+        return removed  # an older release's own flag, not an abbreviation of the newer ones it prefixes
     best = r.confident
     edits: tuple[Edit, ...] = (RenameFlag(flag=opt.name, to=best.flag),) if best else ()
     return Finding(
@@ -473,7 +487,7 @@ def _deprecation(opt: Option, flag: FlagInfo | None) -> list[Finding]:
 # ---- values ----------------------------------------------------------------------------------------
 
 
-def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchCommand) -> list[Finding]:
+def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchCommand, version: str) -> list[Finding]:
     values = opt.values
     if flag.nargs == 0:
         return _switch_with_values(opt, spec) if values else []
@@ -485,7 +499,7 @@ def _value_findings(opt: Option, flag: FlagInfo, spec: LaunchCommand) -> list[Fi
         if (pasted := _pasted_punctuation(opt, value)) is not None:
             found.append(pasted)
         elif flag.choices is not None:
-            found.extend(_choice(opt, flag, value))
+            found.extend(_choice(opt, flag, value, version))
         else:
             found.extend(_typed(opt, flag, value))
     return found
@@ -616,7 +630,7 @@ def _switch_with_values(opt: Option, spec: LaunchCommand) -> list[Finding]:
     ]
 
 
-def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
+def _choice(opt: Option, flag: FlagInfo, value: str, version: str) -> list[Finding]:
     choices = flag.choices or ()
     if value in choices:
         return []
@@ -641,8 +655,13 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     else:
         values, why = (), ""
     # No choice is close: a tuning setting goes back to SGLang's own pick (a value of an older release, a
-    # backend another engine has); what is served or loaded is the person's to choose.
-    dropped = not values and edit_policy().flag(flag.name).edit_class == "tuning"
+    # backend another engine has); what is served or loaded is the person's to choose, unless it is a
+    # choice an older release had, which this one dropped: then its default is offered, for the person.
+    tuning = edit_policy().flag(flag.name).edit_class == "tuning"
+    older = None if values or tuning else older_release_with_choice(flag.name, value, version)
+    dropped = not values and (tuning or older is not None)
+    if older is not None:
+        message += f"; `{value}` is a choice of SGLang {older} this release dropped"
     edits = (
         (SetFlag(flag=opt.name, values=values),)
         if values
@@ -661,7 +680,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
             edits=edits,
             why=why
             or ("no choice is close to it; without the flag SGLang picks its default" if dropped else ""),
-            confidence=0.6 if described else 0.95 if values else 0.6 if dropped else 0.0,
+            confidence=0.6 if described else 0.95 if values else 0.45 if older else 0.6 if dropped else 0.0,
         )
     ]
 

@@ -12,10 +12,11 @@ import re
 
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
 from specdoctor.playbooks.decision import Decision, Finding
-from specdoctor.playbooks.flag_checks import check_flags, phase_split
+from specdoctor.playbooks.flag_checks import check_flags, older_release_with, phase_split
 from specdoctor.playbooks.json_values import json_container, reads_json
 from specdoctor.playbooks.suspects import is_tuning
 from specdoctor.tools.command import Edit, RemoveFlag, RenameFlag
+from specdoctor.tools.engine_source.index import version_key
 from specdoctor.tools.flag_synonyms import BY_WRITTEN
 from specdoctor.tools.similarity import score
 
@@ -122,6 +123,18 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
         meant = synonym.target  # vLLM's name for it (`--tokenizer`): the same setting, not a prefix
     if meant not in candidates and (split := _split_by_phase(ctx, written, candidates)) is not None:
         return split
+    older = older_release_with(written, ctx.catalog.version)
+    if meant not in candidates and older and version_key(older) < version_key(ctx.catalog.version):
+        return fix(
+            ctx,
+            [RemoveFlag(flag=written)],
+            "flag-name",
+            f"{written} is a flag of SGLang {older} that this release dropped; argparse now reads it as an "
+            f"abbreviation of {', '.join(candidates)}",
+            why="none of the flags it prefixes is what it meant; without it the rest of the command stands",
+            evidence=(error_line,),
+            confidence=0.6,
+        )
     if meant not in candidates:
         ranked = sorted(candidates, key=lambda c: -score(written, c))
         meant = (

@@ -60,6 +60,8 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "the cap SGLang sizes it from the memory left after the weights",
             confidence=0.8,
         )
+    if (off := _chunked_prefill_off(ctx)) is not None:
+        return off
     current = _fraction(ctx)
     suggested = _ABOVE.search(ctx.search_text)
     target = float(suggested.group(1)) + 0.03 if suggested else max((current or AUTO_FRACTION) + 0.05, 0.88)
@@ -91,6 +93,30 @@ def kv_pool_empty(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         why="mem_fraction_static is the share for weights AND KV cache; raising it gives the KV pool room "
         f"(counter-intuitive but what the message asks){'; SGLang computed the minimum' if suggested else ''}",
         confidence=0.85,
+    )
+
+
+_AUTO_SHARE_BELOW_ZERO = re.compile(r"--mem-fraction-static=(-[\d.]+|0(?:\.0*)?)\b")
+
+
+def _chunked_prefill_off(ctx: Context) -> Decision | None:
+    """SGLang's own share came out at or below zero because the command turned chunked prefill off: then
+    it reserves activations for a whole --max-prefill-tokens prompt (16384 by default; memory_hook.py), more
+    than a small device holds. Chunked prefill back at its default reserves for one chunk."""
+    chunk = ctx.view.int("--chunked-prefill-size")
+    if chunk is None or chunk > 0 or ctx.view.has("--mem-fraction-static"):
+        return None
+    if not _AUTO_SHARE_BELOW_ZERO.search(ctx.search_text):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--chunked-prefill-size")],
+        "oom",
+        f"--chunked-prefill-size {chunk} turns chunked prefill off, and the activation reserve for a whole "
+        "prompt left SGLang's memory share below zero",
+        why="with chunked prefill off SGLang reserves activations for --max-prefill-tokens tokens at once; "
+        "with it on (the default) only for one chunk (or lower --max-prefill-tokens)",
+        confidence=0.6,
     )
 
 

@@ -163,7 +163,16 @@ def test_no_rendezvous_handler_without_a_bare_address_in_the_command_is_not_gues
 def test_a_minimum_share_below_the_policy_floor_is_raised_to_the_floor() -> None:
     blind = _blind("corpus-real-engine-5", "chunked-prefill-size-zero-kv-budget-negative")
     assert blind["playbook"] == "sglang.memory.kv-pool-empty"
-    assert blind["edits"] == [{"op": "set", "flag": "--mem-fraction-static", "values": ["0.05"]}]
+    # The command turned chunked prefill off, which is what made SGLang's share negative: it goes.
+    assert blind["edits"] == [{"op": "remove", "flag": "--chunked-prefill-size"}]
+    case = json.loads(
+        (DATA / "corpus-real-engine-5" / "chunked-prefill-size-zero-kv-budget-negative.json").read_text()
+    )
+    lines = case["log"].splitlines()
+    own_share = _decided(
+        case["command"].replace("--chunked-prefill-size 0", "--chunked-prefill-size 512"), lines
+    )
+    assert own_share["edits"] == [{"op": "set", "flag": "--mem-fraction-static", "values": ["0.05"]}]
 
 
 def test_decisions_here_are_typed() -> None:
