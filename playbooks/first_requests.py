@@ -185,8 +185,22 @@ def chat_template_refuses(ctx: Context, m: re.Match[str] | None) -> Decision | N
 )
 def api_key_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The server was launched with --api-key and a request came without it: the client's to fix."""
-    if not ctx.view.has("--api-key"):
+    key = ctx.view.get("--api-key")
+    if not key:
         return None
+    if "," in key and all(part.strip() for part in key.split(",")):
+        # Another server's list of keys (llama.cpp's --api-key a,b): SGLang takes one, the whole string.
+        first = key.split(",")[0].strip()
+        return fix(
+            ctx,
+            [SetFlag(flag="--api-key", values=(first,))],
+            "other",
+            "--api-key holds a comma list of keys, which SGLang reads as one key: no client key matches it",
+            why="SGLang checks one key, the whole value; the first key of the list is kept (give the others' "
+            "clients that key, or put a gateway that holds several keys in front)",
+            evidence=(line_of(m),) if m else (),
+            confidence=0.45,
+        )
     return stop(
         ctx,
         "other",

@@ -368,7 +368,9 @@ def _ambiguous(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
     if (removed := _removed(opt, catalog, "", evidence)) is not None:
         return removed  # an older release's own flag, not an abbreviation of the newer ones it prefixes
     best = r.confident
-    edits: tuple[Edit, ...] = (RenameFlag(flag=opt.name, to=best.flag),) if best else ()
+    edits: tuple[Edit, ...] = (
+        (RenameFlag(flag=opt.name, to=best.flag),) if best else (RemoveFlag(flag=opt.name),)
+    )
     return Finding(
         code="ambiguous-flag",
         severity="error",
@@ -377,8 +379,10 @@ def _ambiguous(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
         message=f"{opt.name} is ambiguous: it could match {shown}",
         evidence=(f"error: ambiguous option: {opt.name} could match {', '.join(r.candidates)}",),
         edits=edits,
-        why=f"{best.flag} is the closest full name (score {best.score:.2f})" if best else "",
-        confidence=best.score if best else 0.0,
+        why=f"{best.flag} is the closest full name (score {best.score:.2f})"
+        if best
+        else "none of them stands out; without it the command launches (write the full name of the one meant)",
+        confidence=best.score if best else 0.45,
     )
 
 
@@ -427,14 +431,19 @@ def _unknown(opt: Option, r: Resolution, catalog: FlagCatalog) -> Finding:
         )
     if (removed := _removed(opt, catalog, hint, evidence)) is not None:
         return removed
+    # Another tool's flag with no SGLang spelling close to it: it does nothing here, so the command launches
+    # without it; what it meant (`--ctx-size` is --context-length) is for the person who confirms.
     return Finding(
         code="unknown-flag",
         severity="error",
         category="flag-name",
         flag=opt.name,
-        message=f"SGLang {catalog.version} has no flag {opt.name}{hint} (no confident match: remove or rename it)",
+        message=f"SGLang {catalog.version} has no flag {opt.name}{hint} (no confident match)",
         evidence=evidence,
-        confidence=0.0,
+        edits=(RemoveFlag(flag=opt.name),),
+        why=f"no flag of SGLang {catalog.version} is a close spelling of {opt.name}; without it the command "
+        "launches, and if it meant a setting, set that setting's SGLang flag instead",
+        confidence=0.45,
     )
 
 
@@ -654,21 +663,14 @@ def _choice(opt: Option, flag: FlagInfo, value: str, version: str) -> list[Findi
         why = f"{flag.name}'s --help says what `{value}` names where it describes {described}"
     else:
         values, why = (), ""
-    # No choice is close: a tuning setting goes back to SGLang's own pick (a value of an older release, a
-    # backend another engine has); what is served or loaded is the person's to choose, unless it is a
-    # choice an older release had, which this one dropped: then its default is offered, for the person.
+    # No choice is close: the flag goes back to SGLang's own pick (a value of an older release, a backend
+    # another engine has). For a tuning flag that is the fix; for what is served or loaded, the person's call.
     tuning = edit_policy().flag(flag.name).edit_class == "tuning"
     older = None if values or tuning else older_release_with_choice(flag.name, value, version)
-    dropped = not values and (tuning or older is not None)
     if older is not None:
         message += f"; `{value}` is a choice of SGLang {older} this release dropped"
-    edits = (
-        (SetFlag(flag=opt.name, values=values),)
-        if values
-        else (RemoveFlag(flag=opt.name),)
-        if dropped
-        else ()
-    )
+    dropped = not values
+    edits = (SetFlag(flag=opt.name, values=values),) if values else (RemoveFlag(flag=opt.name),)
     return [
         Finding(
             code="invalid-choice",
@@ -680,7 +682,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str, version: str) -> list[Findi
             edits=edits,
             why=why
             or ("no choice is close to it; without the flag SGLang picks its default" if dropped else ""),
-            confidence=0.6 if described else 0.95 if values else 0.45 if older else 0.6 if dropped else 0.0,
+            confidence=0.6 if described else 0.95 if values else 0.6 if tuning else 0.45,
         )
     ]
 

@@ -11,7 +11,7 @@ import copy
 import re
 
 from specdoctor.playbooks.base import Context, fix, line_of, playbook, stop
-from specdoctor.playbooks.decision import Decision, Finding
+from specdoctor.playbooks.decision import Decision, Finding, Fix
 from specdoctor.playbooks.flag_checks import check_flags, older_release_with, phase_split
 from specdoctor.playbooks.json_values import json_container, reads_json
 from specdoctor.playbooks.suspects import is_tuning
@@ -53,7 +53,23 @@ def argparse_rejected(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     edits: list[Edit] = [e for f in findings for e in f.edits]
     written = {o.name for o in ctx.spec.options()}
     if (amb := _AMBIGUOUS.search(error_line)) and amb.group(1) in written:
-        return _ambiguous_here(ctx, amb.group(1), [c.strip() for c in amb.group(2).split(",")], error_line)
+        found = _ambiguous_here(ctx, amb.group(1), [c.strip() for c in amb.group(2).split(",")], error_line)
+        # argparse stops at the first bad option: the others the catalog rejects go in the same change.
+        rest = [e for f in errors if f.edits and f.flag != amb.group(1) for e in f.edits]
+        if isinstance(found, Fix) and rest:
+            return (
+                fix(
+                    ctx,
+                    [*found.edits, *rest],
+                    found.category,
+                    found.summary,
+                    why=found.why,
+                    evidence=found.evidence,
+                    confidence=found.confidence,
+                )
+                or found
+            )
+        return found
     if unrecognized and named and not named & written and ctx.view.has("--config"):
         return _from_config_file(ctx, sorted(named), error_line)
     skew = sorted(n for n in named & written if unrecognized and ctx.catalog.resolve(n).accepted_by_engine)
@@ -144,12 +160,17 @@ def _ambiguous_here(ctx: Context, written: str, candidates: list[str], error_lin
             else ""
         )
     if not meant:
-        return stop(
+        # No flag it prefixes stands out: another tool's option that happens to prefix SGLang's (`--lora`
+        # of llama.cpp, `--prefill` of a router). It does nothing here; the person names a flag if one was meant.
+        return fix(
             ctx,
+            [RemoveFlag(flag=written)],
             "flag-name",
-            f"{written} is ambiguous here: it could be {', '.join(candidates)}",
-            "Write the full flag name.",
+            f"{written} is ambiguous here: it could be {', '.join(candidates)}, and none of them stands out",
+            why="none of the flags it prefixes is clearly the one meant; without it the command launches (write "
+            "the full name of the one meant instead)",
             evidence=(error_line,),
+            confidence=0.45,
         )
     return fix(
         ctx,

@@ -8,6 +8,7 @@ _FAMILIES = (
     "flags",
     "json_keys",
     "not_a_number",
+    "env_paths",
     "config_file",
     "speculative",
     "draft_files",

@@ -75,8 +75,10 @@ FLOORS = {
     "corpus-real-engine-32": (12, 0),
     "corpus-real-engine-33": (5, 0),
     "corpus-real-engine-34": (12, 0),
-    "corpus-real-engine-35": (10, 0),
+    "corpus-real-engine-35": (11, 0),
     "corpus-real-engine-36": (10, 0),
+    "corpus-real-engine-37": (11, 0),
+    "corpus-real-engine-38": (8, 1),
 }
 
 

@@ -94,9 +94,13 @@ def test_a_choice_nothing_is_close_to_goes_back_to_sglangs_pick_for_a_tuning_set
         [{"op": "remove", "flag": "--attention-backend"}],
         0.6,
     )
-    # A choice of what is loaded is the person's: no guess for a quantization nothing is close to.
+    # A choice of what is loaded is the person's: a quantization nothing is close to goes back to the
+    # default only below the confidence an unattended run acts on.
     quantized = decided(f"{SERVE} --quantization int3", lines, "parse-error")
-    assert {"op": "remove", "flag": "--quantization"} not in quantized["edits"]
+    assert (quantized["edits"], quantized["confidence"]) == (
+        [{"op": "remove", "flag": "--quantization"}],
+        0.45,
+    )
 
 
 def test_an_older_releases_switch_gets_this_releases_enable_spelling() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specdoctor.playbooks.flag_checks import check_flags, older_release_with_choice
-from specdoctor.tools.command import LaunchCommand
+from specdoctor.tools.command import LaunchCommand, RemoveFlag
 from tests.recorded import blind
 from tests.test_corpus_scores import CAT
 
@@ -37,8 +37,10 @@ def test_a_dropped_choice_is_known_from_the_bundled_releases() -> None:
         LaunchCommand.parse("python -m sglang.launch_server --model-path /m --quantization marlin"), CAT
     )
     assert any("this release dropped" in f.message and f.edits for f in found)
-    # A choice no release had is still the person's to pick: nothing is taken back.
+    # A choice no release had goes back to the default too, for the person to confirm (not unattended).
     unknown = check_flags(
         LaunchCommand.parse("python -m sglang.launch_server --model-path /m --quantization nf5"), CAT
     )
-    assert [f.edits for f in unknown if f.code == "invalid-choice"] == [()]
+    assert [(f.edits, f.confidence) for f in unknown if f.code == "invalid-choice"] == [
+        ((RemoveFlag(flag="--quantization"),), 0.45)
+    ]
