@@ -227,7 +227,7 @@ def test_the_real_corpus_commands_and_logs_stay_as_they_are() -> None:
     """Every command and every log line of the recorded real crashes: nothing there is a secret, so the
     diagnosis a person reads (and the LLM gets) loses nothing to the redactor. A case and a recording were
     made with made-up API keys (`--api-key sk-local-123`, `sk-recorded-test`, `sk-user-123`,
-    `--admin-api-key sk-admin-123`): exactly those values go.
+    `--admin-api-key sk-admin-123`, `sk-team-a,sk-team-b`): exactly those values go.
     Redaction runs, as in every run of the tool, with a catalog loaded (its --help says which flags hold
     secrets: `--ssl-keyfile` holds a path)."""
     from specdoctor.tools.catalog_load import bundled
@@ -240,7 +240,7 @@ def test_the_real_corpus_commands_and_logs_stay_as_they_are() -> None:
             texts += [case.get("command") or "", *str(case.get("log") or "").splitlines()]
         elif path.is_file() and path.suffix in (".txt", ".log"):
             texts += path.read_text(errors="replace").splitlines()
-    keys = ("sk-local-123", "sk-recorded-test", "sk-user-123", "sk-admin-123")
+    keys = ("sk-local-123", "sk-recorded-test", "sk-user-123", "sk-admin-123", "sk-team-a")
     keyed = [line for line in texts if any(k in line for k in keys)]
     changed = [line for line in texts if redact_text(line) != line and line not in keyed]
     assert len(texts) > 30_000 and changed == []
