@@ -45,6 +45,13 @@ def backend_the_device_lacks(ctx: Context, m: re.Match[str] | None) -> Decision 
     found = backends_off_device(ctx.view)
     if not found or _ENGINE_NAMES_IT.search(ctx.root_text):
         return None  # the engine's own "only supported on" message has its own rule (backends.py)
+    check = ctx.engine_check
+    if (
+        check is not None
+        and check.site.fields
+        and not any("attention_backend" in f for f in check.site.fields)
+    ):
+        return None  # SGLang stopped at a check of other settings first: that is the failure to fix now
     return fix(
         ctx,
         [e for f in found for e in f.edits],

@@ -41,7 +41,7 @@ def in_a_features_code(ctx: Context, reading: SiteReading) -> Decision | None:
         for o in ctx.spec.options()
         if ctx.view.canon(o.name) != "--device"
         and len(o.values) == 1
-        and len(o.values[0]) >= 4
+        and len(o.values[0]) >= 3  # an algorithm's short name (`UNO` in `_handle_uno`) is a whole word
         and o.values[0].lower() in said
     ]
     if len(named) != 1:

@@ -79,6 +79,7 @@ FLOORS = {
     "corpus-real-engine-36": (10, 0),
     "corpus-real-engine-37": (11, 0),
     "corpus-real-engine-38": (8, 1),
+    "corpus-real-engine-39": (11, 0),
 }
 
 
