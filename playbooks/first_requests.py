@@ -253,3 +253,37 @@ def metrics_off(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         evidence=(line_of(m),) if m else (),
         confidence=0.7,
     )
+
+
+_EMPTY_ANSWER = re.compile(r'"content":\s*(?:""|null)\s*,\s*"reasoning_content":')
+_IN_REASONING = re.compile(r'"reasoning_content":\s*"[^"]')
+_COUNTED = re.compile(r'"completion_tokens":\s*(\d+).*?"reasoning_tokens":\s*(\d+)')
+
+
+@playbook(
+    id="sglang.request.reasoning-parser-takes-the-answer",
+    category="other",
+    when=("degraded", "unhealthy"),
+    pattern=_EMPTY_ANSWER.pattern,
+    priority=40,
+)
+def reasoning_parser_takes_the_answer(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The answer comes back empty and all of it sits in `reasoning_content`: the command's --reasoning-parser
+    waits for a thinking block this model never opens (or never closes), so it files the whole answer as
+    reasoning. A parser for this model's own format, or none, gives the answer back."""
+    parser = ctx.view.get("--reasoning-parser")
+    answer = line_of(m) if m else ""
+    counted = _COUNTED.search(answer)
+    all_counted = counted is not None and counted.group(1) == counted.group(2) != "0"
+    if not parser or not (_IN_REASONING.search(answer) or all_counted):
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--reasoning-parser")],
+        "other",
+        f"--reasoning-parser {parser} files the whole answer as reasoning: the content comes back empty",
+        why="the parser splits on its own model family's thinking markers; this model's output has none, so "
+        "everything lands in reasoning_content (or choose the parser of this model's family)",
+        evidence=(line_of(m),) if m else (),
+        confidence=0.6,
+    )

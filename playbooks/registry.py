@@ -24,6 +24,7 @@ _FAMILIES = (
     "first_requests",
     "input_embeds",
     "architectures",
+    "overrides",
     "hub",
     "model",
     "weights",

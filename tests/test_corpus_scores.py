@@ -49,7 +49,7 @@ FLOORS = {
     "corpus-real-engine-7": (10, 0),
     "corpus-real-engine-8": (10, 0),
     # One case more where its chat template file is on the machine (/tmp/harvest-RH/cfg): the rule reads it.
-    "corpus-real-engine-9": (10, 0),
+    "corpus-real-engine-9": (11, 0),
     "corpus-real-engine-10": (11, 1),
     "corpus-real-engine-11": (10, 0),
     "corpus-real-engine-12": (10, 0),
@@ -80,6 +80,7 @@ FLOORS = {
     "corpus-real-engine-37": (11, 0),
     "corpus-real-engine-38": (8, 1),
     "corpus-real-engine-39": (11, 0),
+    "corpus-real-engine-40": (12, 0),
 }
 
 

@@ -836,6 +836,16 @@ CASES = (
         ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
+        (
+            "corpus-real-engine-40",
+            "json-override-hidden-act-unsupported-by-llama",
+            "sglang.model.override-from-another-model",
+        ),
+        (
+            "corpus-real-engine-9",
+            "reasoning-parser-on-non-reasoning-model-empty-content",
+            "sglang.request.reasoning-parser-takes-the-answer",
+        ),
         ("corpus-real-engine-37", "env-prometheus-multiproc-dir-missing", "sglang.env.folder-not-there"),
         (
             "corpus-real-engine-34",

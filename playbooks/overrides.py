@@ -1,0 +1,57 @@
+"""The command's --json-model-override-args is what the model build trips on: a value it sets is the very one
+the error quotes ("Unsupported activation: gelu_pytorch_tanh"), or it names an architecture whose code asks
+the model's config for fields that config does not have ("'LlamaConfig' object has no attribute
+'kv_lora_rank'"): an override copied from another model's recipe. That key goes (the override with it when
+nothing else is left); the checkpoint's own config.json stands."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from specdoctor.playbooks.base import Context, fix, playbook
+from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.json_values import json_container
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag
+
+_FLAG = "--json-model-override-args"
+_CONFIG_LACKS = re.compile(r"'(\w+Config)' object has no attribute '(\w+)'")
+
+
+@playbook(id="sglang.model.override-from-another-model", category="model-path", priority=45, scope="root")
+def override_from_another_model(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    override = json_container(ctx.view.get(_FLAG) or "")
+    error = ctx.root.error_line or ""
+    if not isinstance(override, dict) or not error:
+        return None
+    lacks = _CONFIG_LACKS.search(error)
+    if lacks and "architectures" in override and lacks.group(2) not in override:
+        key, why = (
+            "architectures",
+            (
+                f"the override makes the model {override['architectures']}, whose code reads {lacks.group(2)}, "
+                f"which this checkpoint's {lacks.group(1)} does not have"
+            ),
+        )
+    else:
+        quoted = [k for k, v in override.items() if isinstance(v, str) and len(v) >= 4 and v in error]
+        if len(quoted) != 1:
+            return None
+        key, why = (
+            quoted[0],
+            f"the error quotes {override[quoted[0]]!r}, the value the override gives {quoted[0]}",
+        )
+    return fix(
+        ctx,
+        [_without(override, key)],
+        "model-path",
+        f"--json-model-override-args sets {key}, which the model build cannot take: {error}",
+        why=f"{why}; the checkpoint's own config.json value stands without it",
+        evidence=(error,),
+        confidence=0.6,
+    )
+
+
+def _without(override: dict[str, object], key: str) -> Edit:
+    rest = {k: v for k, v in override.items() if k != key}
+    return SetFlag(flag=_FLAG, values=(json.dumps(rest),)) if rest else RemoveFlag(flag=_FLAG)
