@@ -30,9 +30,9 @@ _CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 def config_file(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The launch failed reading or applying its --config file: write its settings out instead."""
     paths = [o.values[0] for o in ctx.spec.options() if ctx.view.canon(o.name) == "--config" and o.values]
-    if not paths or not _failed_on_the_file(ctx, paths):
+    read = [(path, read_settings(path)) for path in paths]  # each file read once
+    if not paths or not _failed_on_the_file(ctx, read):
         return None
-    read = [(path, read_settings(path)) for path in paths]
     unreadable = [(path, why) for path, why in read if isinstance(why, str)]
     if unreadable and _UNRECOGNIZED.search(ctx.root.error_line or ""):
         return None  # the argparse rule names each rejected key and its SGLang spelling
@@ -108,10 +108,10 @@ def _near_named(ctx: Context, path: str, why: str) -> Decision | None:
     )
 
 
-def _failed_on_the_file(ctx: Context, paths: list[str]) -> bool:
+def _failed_on_the_file(ctx: Context, read: list[tuple[str, Settings | str]]) -> bool:
     """The failure is in SGLang's reading of the file, or argparse rejects what only the file gave (a key,
     a value), or a value only the file gives is what the error names."""
-    if _IN_THE_MERGER in ctx.root_text or any(path in ctx.root_text for path in paths):
+    if _IN_THE_MERGER in ctx.root_text or any(path in ctx.root_text for path, _ in read):
         return True  # SGLang's reader, or a parser (YAML's) naming the file
     error = ctx.root.error_line or ""
     on_the_line = {t for o in ctx.spec.options() for t in (o.name, *o.values)}
@@ -119,11 +119,10 @@ def _failed_on_the_file(ctx: Context, paths: list[str]) -> bool:
         return not set(said.group(1).split()) <= on_the_line
     if said := _REFUSED_VALUE.search(error):
         return said.group(2) not in on_the_line
-    return any(_names_a_value_of(error, path, on_the_line) for path in paths)
+    return any(_names_a_value_of(error, settings, on_the_line) for _, settings in read)
 
 
-def _names_a_value_of(error: str, path: str, on_the_line: set[str]) -> bool:
-    settings = read_settings(path)
+def _names_a_value_of(error: str, settings: Settings | str, on_the_line: set[str]) -> bool:
     if not isinstance(settings, Settings):
         return False
     texts = [v for v in settings.values.values() if isinstance(v, str) and len(v) >= 3]

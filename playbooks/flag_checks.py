@@ -38,6 +38,7 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
     """Every flag-level fault of `spec` for this catalog's engine version, each with its fix if known."""
     findings: list[Finding] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
+    serve = facts_for(catalog.version).serve_options
     for opt in spec.options():
         # One finding per spelling and value: 3,000 copies of a flag are one fault, not 3,000.
         if (opt.name, opt.values) in seen:
@@ -46,7 +47,6 @@ def check_flags(spec: LaunchCommand, catalog: FlagCatalog) -> list[Finding]:
         if opt.name in _HELP:
             findings.append(_asks_for_help(opt))
             continue
-        serve = facts_for(catalog.version).serve_options
         if spec.is_serve_cli and opt.name in serve:
             findings.extend(_serve_option(opt, serve[opt.name]))
             continue
@@ -669,7 +669,6 @@ def _choice(opt: Option, flag: FlagInfo, value: str, version: str) -> list[Findi
     older = None if values or tuning else older_release_with_choice(flag.name, value, version)
     if older is not None:
         message += f"; `{value}` is a choice of SGLang {older} this release dropped"
-    dropped = not values
     edits = (SetFlag(flag=opt.name, values=values),) if values else (RemoveFlag(flag=opt.name),)
     return [
         Finding(
@@ -680,8 +679,7 @@ def _choice(opt: Option, flag: FlagInfo, value: str, version: str) -> list[Findi
             message=message,
             evidence=(f"error: argument {flag.name}: invalid choice: '{value}' (choose from {listed})",),
             edits=edits,
-            why=why
-            or ("no choice is close to it; without the flag SGLang picks its default" if dropped else ""),
+            why=why or "no choice is close to it; without the flag SGLang picks its default",
             confidence=0.6 if described else 0.95 if values else 0.6 if tuning else 0.45,
         )
     ]

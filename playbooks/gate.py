@@ -404,7 +404,7 @@ def _renamed(value: str, written: set[str]) -> bool:
 def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool:
     """A JSON object of the user's with keys respelled as keys SGLang's checks quote (`name` →
     `lora_name`): every value is still the user's, every new key the engine's."""
-    from specdoctor.playbooks.json_keys import engine_keys, part_of
+    from specdoctor.playbooks.json_keys import engine_keys, respelled_keys
 
     parsed = json_container(value)
     if not isinstance(parsed, dict):
@@ -412,11 +412,9 @@ def _keys_respelled(value: str, written: set[str], catalog: FlagCatalog) -> bool
     known = engine_keys(catalog.version)
     for theirs in (t for w in written if isinstance(t := json_container(w), dict)):
         new = [k for k in parsed if k not in theirs]
-        old = [k for k in theirs if k not in parsed]
-        if len(new) == len(old) and new and all(k in known for k in new):
-            pairs = {o: n for o in old for n in new if part_of(o, n)}
-            if len(pairs) == len(old) == len(set(pairs.values())):
-                return all(parsed[pairs.get(k, k)] == v for k, v in theirs.items())
+        renamed = respelled_keys(theirs, new) if new and all(k in known for k in new) else {}
+        if renamed and {renamed.get(k, k): v for k, v in theirs.items()} == parsed:
+            return True
     return False
 
 

@@ -100,12 +100,7 @@ def _read_the_cache_offline(ctx: Context, repo: str, said: str) -> Decision | No
 
 
 def _hub_repo(value: str | None) -> bool:
-    return (
-        bool(value)
-        and not looks_like_a_path(value or "")
-        and valid_repo_id(value or "")
-        and "/" in (value or "")
-    )
+    return value is not None and "/" in value and not looks_like_a_path(value) and valid_repo_id(value)
 
 
 def _offline(ctx: Context) -> bool:

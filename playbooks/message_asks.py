@@ -174,11 +174,11 @@ def _in_the_engines_own_words(ctx: Context, said: str, asked: list[Edit]) -> Dec
     from specdoctor.tools.engine_source.asks import written_by
     from specdoctor.tools.engine_source.said import said_by_engine
 
+    folder = installed_engine_folder(ctx.spec)
     for edit in asked:
         flag = getattr(edit, "flag", None)
         if flag is None or _more_is_asked(ctx, said, flag):
             continue
-        folder = installed_engine_folder(ctx.spec)
         if folder is not None and said_by_engine(said, flag, folder):
             source = f"the installed SGLang ({folder}) writes this message itself"
         elif folder is None and (found := written_by(ctx.catalog.version, flag, said)):

@@ -17,7 +17,7 @@ _REFUSED = (
     r"invalid literal for (?P<int>int)\(\) with base 10: '(?P<text>[^'\n]*)'"
     r"|could not convert string to (?P<float>float): '(?P<ftext>[^'\n]*)'"
 )
-_TIME = re.compile(r"TIMEOUT|SECONDS|INTERVAL|DELAY|WAIT|_SECS?\b|_S\b|timeout|interval", re.I)
+_TIME = re.compile(r"TIMEOUT|SECONDS|INTERVAL|DELAY|WAIT|_SECS?\b|_S\b", re.I)
 
 
 @playbook(id="sglang.value.not-a-number", category="other", pattern=_REFUSED, priority=45, scope="root")

@@ -79,17 +79,14 @@ def _declaration(node: ast.stmt) -> bool:
 
 def _strings(node: ast.AST) -> Iterator[str]:
     parts: list[tuple[int, int, str]] = []
+    in_fstrings = {id(v) for n in ast.walk(node) if isinstance(n, ast.JoinedStr) for v in n.values}
     for n in ast.walk(node):
         if isinstance(n, ast.JoinedStr):
             text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in n.values)
             parts.append((n.lineno, n.col_offset, str(text)))
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and not _inside_fstring(n, node):
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in in_fstrings:
             parts.append((n.lineno, n.col_offset, n.value))
     yield from (text for _, _, text in sorted(parts))
-
-
-def _inside_fstring(const: ast.Constant, root: ast.AST) -> bool:
-    return any(isinstance(n, ast.JoinedStr) and const in n.values for n in ast.walk(root))
 
 
 def build(releases: Mapping[str, Mapping[str, str]]) -> dict:
