@@ -248,7 +248,7 @@ def _strongest(
     for how, candidates, text in checks[:3]:
         if hit := next((h for c in candidates if (h := named_in(c, text) or _written(c, text))), ()):
             return _suspect(setting, how, hit, edits)
-    if hit := _split_naming(names[0], error, stack):
+    if hit := _split_naming(names[0], error, stack) or _named_by_its_field(names[0], error):
         return _suspect(setting, "name in error", hit, edits)
     how, candidates, text = checks[3]
     if hit := next((h for c in candidates if (h := named_in(c, text) or _written(c, text))), ()):
@@ -266,6 +266,17 @@ def _split_naming(name: str, error: str, stack: str) -> tuple[str, ...]:
     in_error = [w for w in words if re.search(rf"(?i)(?<![a-z0-9]){re.escape(w)}s?(?![a-z0-9])", error)]
     in_stack = [w for w in words if w not in in_error and named_in(w, stack)]
     return tuple(words) if in_error and len(in_error) + len(in_stack) == len(words) else ()
+
+
+def _named_by_its_field(name: str, error: str) -> tuple[str, ...]:
+    """The error spells the field the setting feeds, one word short (`gpu_id` for `--base-gpu-id`: "NUMA
+    index 1 (derived from ... gpu_id) is out of range"): an identifier of two or more words is no
+    accident, and the setting's own field is that identifier with one word added before or after."""
+    field = name.lstrip("-").replace("-", "_")
+    for ident in set(re.findall(r"(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(])", error)):
+        if ident != field and re.fullmatch(rf"[a-z0-9]+_{ident}|{ident}_[a-z0-9]+", field):
+            return (ident,)
+    return ()
 
 
 def _written(name: str, text: str) -> tuple[str, ...]:

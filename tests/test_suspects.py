@@ -195,3 +195,18 @@ def test_an_area_is_no_guess_when_another_chosen_setting_is_on_the_path() -> Non
     # switched on (a bug fixed in SGLang): neither is singled out.
     contract = _contract("corpus-fresh-2", "multi-layer-eagle-dp-attention-idle-batch-max-empty")
     assert contract["action"] == "stop", contract
+
+
+def test_a_field_the_setting_feeds_names_it() -> None:
+    # The CPU backend derives the NUMA node to bind from gpu_id (= --base-gpu-id + rank): "NUMA index 2
+    # (derived from ... gpu_id) is out of range" names --base-gpu-id by the field it feeds. Recorded on the
+    # real `sglang serve`; the blind case (launch_server, value 1) is corpus-real-engine-11's.
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    found = decided(f"{SERVE} --base-gpu-id 2", recorded_lines("serve-base-gpu-id-2-on-cpu.rc137.txt"))
+    assert (found["action"], found["edits"]) == ("fix", [{"op": "remove", "flag": "--base-gpu-id"}])
+    assert found["confidence"] < 0.5  # named one word short: a lead for a person, not applied unattended
+    assert _edits(blind("corpus-real-engine-11", "base-gpu-id-1-on-cpu")) == found["edits"]
+    # A field that is not one word off the setting's own does not name it (`gpu_id_step_size`).
+    log = ["AssertionError: gpu_id_step_size out of range"]
+    assert "--base-gpu-id" not in _suspects_for(f"{SERVE} --base-gpu-id 2", log)
