@@ -22,6 +22,7 @@ _FAMILIES = (
     "watchdog",
     "zeros",
     "first_requests",
+    "lora_requests",
     "input_embeds",
     "architectures",
     "overrides",

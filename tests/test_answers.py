@@ -247,17 +247,23 @@ def test_an_ask_the_installed_engine_writes_itself_is_proposed_for_the_person(sg
     assert decide(ctx).action == "stop"
 
 
-@pytest.mark.parametrize(
-    "folder, name",
-    [
-        ("corpus-real-engine-21", "chat-request-model-with-ollama-tag"),
-        ("corpus-real-engine-24", "lora-requests-on-server-without-enable-lora"),
-    ],
-)
-def test_half_of_what_the_engines_own_message_asks_is_not_proposed(folder: str, name: str) -> None:
-    """ "Launch with --enable-lora and preload adapters using --lora-paths": the message gives no adapter
-    path, so --enable-lora alone would fail again on the other half; the ask is quoted for the person."""
-    case = json.loads((DATA / folder / f"{name}.json").read_text())
+def test_an_ollama_tag_read_as_an_adapter_is_the_clients_to_drop() -> None:
+    """`"model": "tiny-llama:latest"`: SGLang reads `base:adapter`, so the tag asks for adapter 'latest';
+    turning LoRA on serves no such adapter. The client drops the tag."""
+    case = json.loads(
+        (DATA / "corpus-real-engine-21" / "chat-request-model-with-ollama-tag.json").read_text()
+    )
     decision = decide(context(case["command"], case["log"].splitlines(), case["exit_kind"]))
-    assert (decision.playbook, decision.action) == ("sglang.message.remedy", "stop")
-    assert "--enable-lora" in decision.advice
+    assert (decision.playbook, decision.action) == ("sglang.request.lora-not-enabled", "stop")
+    assert "without `:latest`" in decision.advice
+
+
+def test_half_of_what_the_engines_own_message_asks_is_not_proposed() -> None:
+    """ "Launch with --x and preload Y using --z": the message gives no value for --z, so --x alone would
+    fail again on the other half; the ask is quoted for the person."""
+    from specdoctor.playbooks.message_asks import _more_is_asked
+
+    said = "Please launch the server with --enable-foo flag and preload models using --foo-paths."
+    ctx = context(PY, [f"ValueError: {said}"], "startup-crash")
+    assert _more_is_asked(ctx, said, "--enable-foo")
+    assert not _more_is_asked(ctx, "Please launch the server with --enable-foo.", "--enable-foo")

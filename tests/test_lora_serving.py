@@ -96,3 +96,43 @@ def test_a_json_key_is_never_respelled_into_a_name_no_check_quotes() -> None:
     changed = SetFlag(flag="--lora-paths", values=('{"lora_name": "b", "lora_path": "/p"}',))
     assert invalid_edits(spec, [taken], CAT) == []
     assert invalid_edits(spec, [invented], CAT) and invalid_edits(spec, [changed], CAT)
+
+
+_ROOM = [
+    {"op": "set", "flag": "--enable-lora", "values": []},
+    {"op": "set", "flag": "--max-lora-rank", "values": ["64"]},
+    {"op": "set", "flag": "--lora-target-modules", "values": ["all"]},
+]
+
+
+@pytest.mark.parametrize(
+    "folder, name",
+    [
+        ("corpus-real-engine-20", "lora-request-on-server-without-enable-lora"),
+        ("corpus-real-engine-24", "lora-requests-on-server-without-enable-lora"),
+    ],
+)
+def test_a_lora_request_to_a_server_without_lora_relaunches_with_room_for_adapters(folder, name) -> None:
+    # --enable-lora alone fails SGLang's next launch check (paths, or both rank and modules): all three go.
+    contract = blind(folder, name)
+    assert (contract["playbook"], contract["edits"]) == ("sglang.request.lora-not-enabled", _ROOM)
+    assert contract["confidence"] < 0.5  # what is served changes: the person's call
+
+
+def test_the_adapter_a_client_loads_is_named_for_the_person_not_put_in_the_command() -> None:
+    # Recorded on the real `sglang serve`: an OpenAI client asks for `tiny-llama:support-bot`.
+    lines = recorded_lines("serve-lora-completions-without-lora.rc137.txt")
+    found = decided(SERVE, lines, "runs-but-degraded")
+    assert (found["playbook"], found["edits"]) == ("sglang.request.lora-not-enabled", _ROOM)
+    # A folder from the log goes into the reason for the person, never into the command by itself.
+    body = '$ curl localhost/load_lora_adapter -d \'{"lora_name":"sql","lora_path":"/adapters/sql-r8"}\''
+    from specdoctor.agent.diagnose import decide
+    from tests.recorded import context
+
+    decision = decide(context(SERVE, [*lines, body], "runs-but-degraded"))
+    assert "--lora-paths sql=/adapters/sql-r8" in decision.why
+    assert all(getattr(e, "flag", "") != "--lora-paths" for e in decision.edits)
+    # A server that has LoRA on is not told to turn it on.
+    assert decided(f"{SERVE} --enable-lora --max-lora-rank 8 --lora-target-modules all", lines)[
+        "playbook"
+    ] != ("sglang.request.lora-not-enabled")

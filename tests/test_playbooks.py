@@ -834,6 +834,11 @@ CASES = (
             "sglang.speculative.draft-unreadable",
         ),
         ("corpus-real-engine-24", "lora-paths-json-form-wrong-keys", "sglang.flag.json-keys-respelled"),
+        (
+            "corpus-real-engine-24",
+            "lora-requests-on-server-without-enable-lora",
+            "sglang.request.lora-not-enabled",
+        ),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         (
