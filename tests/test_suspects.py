@@ -210,3 +210,34 @@ def test_a_field_the_setting_feeds_names_it() -> None:
     # A field that is not one word off the setting's own does not name it (`gpu_id_step_size`).
     log = ["AssertionError: gpu_id_step_size out of range"]
     assert "--base-gpu-id" not in _suspects_for(f"{SERVE} --base-gpu-id 2", log)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["env-sglang-use-hnd-kvcache-torch-native", "env-sglang-use-hnd-kvcache-skip-warmup-first-request"],
+)
+def test_the_one_engine_switch_turned_on_is_the_lead_when_the_forward_pass_crashes(name: str) -> None:
+    # SGLANG_USE_HND_KVCACHE=1 lays the KV pool out heads-first, which the CPU attention backend does not
+    # read: SDPA fails in words that name no setting, at warm-up or at the first request.
+    from tests.recorded import blind
+
+    assert _edits(blind("corpus-real-engine-26", name)) == [
+        {"op": "set_env", "name": "SGLANG_USE_HND_KVCACHE", "value": "0"}
+    ]
+
+
+def test_an_engine_switch_is_turned_off_in_its_own_spelling_and_only_when_alone() -> None:
+    from tests.recorded import SERVE, decided, recorded_lines
+
+    lines = recorded_lines("serve-env-hnd-kvcache-true-warmup.rc137.txt")
+    found = decided(f"SGLANG_USE_HND_KVCACHE=true {SERVE}", lines)
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.feature.lone-choice",
+        [{"op": "set_env", "name": "SGLANG_USE_HND_KVCACHE", "value": "false"}],
+    )
+    assert found["confidence"] < 0.5  # a lead, not a finding
+    # Two switches turned on: neither is singled out; a forward-pass flag changed too: no switch is.
+    two = decided(f"SGLANG_USE_HND_KVCACHE=true SGLANG_ENABLE_NAN_LOGITS_CHECK=1 {SERVE}", lines)
+    assert two["playbook"] != "sglang.feature.lone-choice"
+    flag = decided(f"SGLANG_USE_HND_KVCACHE=true {SERVE} --attention-backend torch_native", lines)
+    assert flag["edits"] != found["edits"]
