@@ -724,8 +724,30 @@ def _typed(opt: Option, flag: FlagInfo, value: str) -> list[Finding]:
     return problems
 
 
+# How people write "no value" for a number: for a flag whose default is None, that is leaving it out.
+_NO_VALUE = frozenset({"none", "null", "nil", "unset", "default"})
+
+
 def _bad_value(opt: Option, flag: FlagInfo, value: str, kind: str | None) -> Finding:
     what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
+    if (
+        kind != "json"
+        and value.lower() in _NO_VALUE
+        and flag.default in (None, "None")
+        and len(opt.values) == 1
+    ):
+        return Finding(
+            code="bad-value",
+            severity="error",
+            category="flag-name",
+            flag=opt.name,
+            message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`: "
+            "leaving the flag out is how SGLang spells that",
+            evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
+            edits=(RemoveFlag(flag=opt.name),),
+            why=f"{flag.name}'s default is None, which is what `{value}` says; argparse reads only a number",
+            confidence=0.9,
+        )
     values, note, why = _respelled(opt, flag, value, kind)
     return Finding(
         code="bad-value",

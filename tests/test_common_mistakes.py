@@ -157,3 +157,16 @@ def test_after_the_crash_the_engine_check_takes_the_value_checks_edit_not_the_fe
         "sglang.source.check",
         [{"op": "set", "flag": "--lora-target-modules", "values": ["all"]}],
     )
+
+
+def test_none_for_a_number_whose_default_is_none_is_leaving_the_flag_out() -> None:
+    contract = blind("corpus-real-engine-41", "constrained-json-max-whitespace-cnt-none-string")
+    assert contract["edits"] == [{"op": "remove", "flag": "--constrained-json-max-whitespace-cnt"}]
+    from tests.recorded import SERVE
+
+    lines = recorded_lines("serve-max-running-requests-None.rc2.txt")
+    found = decided(f"{SERVE} --max-running-requests None", lines, "parse-error")
+    assert found["edits"] == [{"op": "remove", "flag": "--max-running-requests"}]
+    # A number flag whose default is a number: `none` is no spelling of it, nothing is guessed.
+    spec = LaunchCommand.parse(f"{SERVE} --schedule-conservativeness none")
+    assert not any(f.edits == (RemoveFlag(flag="--schedule-conservativeness"),) for f in check_flags(spec, CAT))
