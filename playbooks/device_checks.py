@@ -70,7 +70,7 @@ def check_device(view: CommandView, gpus: GpuReport | None = None) -> list[Findi
         *device_not_a_device(view, gpus),
         *backends_off_device(view),
         *host_with_port(view),
-        *dist_init_addr_without_port(view),
+        *dist_init_addr_faults(view),
     ]
 
 
@@ -163,23 +163,43 @@ def host_with_port(view: CommandView) -> list[Finding]:
     ]
 
 
-def dist_init_addr_without_port(view: CommandView) -> list[Finding]:
-    """--dist-init-addr is host:port (the node rank 0 rendezvous). On one node it is not needed at all."""
+def dist_init_addr_faults(view: CommandView) -> list[Finding]:
+    """--dist-init-addr is host:port, the node-rank-0 rendezvous, to which SGLang prepends `tcp://` itself:
+    a scheme, an IPv6 host without brackets or a port past 65535 is refused (on one node the address is
+    not needed at all)."""
     addr = view.get("--dist-init-addr")
-    if not addr or re.search(r":\d+$", addr):
+    if not addr:
         return []
     single = view.nnodes <= 1
+    bare = addr.split("://", 1)[-1]
+    host, _, port = bare.rpartition(":")
+    if "://" in addr and port.isdigit():
+        fault, fixed, why = "carries a scheme", bare, "SGLang writes `tcp://` before the address itself"
+    elif host.count(":") >= 2 and not host.startswith("[") and port.isdigit():
+        fault, fixed, why = "is an IPv6 host without brackets", f"[{host}]:{port}", "IPv6 hosts take brackets"
+    elif not re.fullmatch(r".+:\d+", bare):
+        fault, fixed, why = "has no port (SGLang reads host:port)", None, ""
+    elif int(port) > 65535:
+        fault, fixed, why = f"has port {port}, past 65535", None, ""
+    else:
+        return []
+    if fixed is None and single:
+        why = "one node needs no rendezvous address: SGLang picks its own"
+    elif fixed is None:
+        why = "every node must name the same host:port; only a person knows which port is open"
     return [
         Finding(
-            code="dist-init-addr-without-port",
+            code="dist-init-addr",
             severity="error",
             category="tp-config",
             flag="--dist-init-addr",
-            message=f"--dist-init-addr {addr} has no port (SGLang reads host:port)",
-            edits=(RemoveFlag(flag="--dist-init-addr"),) if single else (),
-            why="one node needs no rendezvous address: SGLang picks its own"
+            message=f"--dist-init-addr {addr} {fault}",
+            edits=(SetFlag(flag="--dist-init-addr", values=(fixed,)),)
+            if fixed
+            else (RemoveFlag(flag="--dist-init-addr"),)
             if single
-            else "every node must name the same host:port; only a person knows which port is open",
-            confidence=0.8 if single else 0.0,
+            else (),
+            why=f"--dist-init-addr {fixed}: {why}" if fixed else why,
+            confidence=0.8 if fixed or single else 0.0,
         )
     ]

@@ -10,25 +10,27 @@ from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.device_checks import (
     RUNS_ON,
     backends_off_device,
-    dist_init_addr_without_port,
+    dist_init_addr_faults,
     host_with_port,
 )
-from specdoctor.playbooks.naming import category_of
-from specdoctor.playbooks.suspects import MIN_WEIGHT, is_tuning, ranked_suspects
+from specdoctor.playbooks.naming import category_of, named_in
+from specdoctor.playbooks.suspects import MIN_WEIGHT, failing_path, is_tuning, ranked_suspects
+from specdoctor.tools.command import SetFlag
 
 _ENGINE_NAMES_IT = re.compile(r"backend(?: for \w+)? is only supported on", re.I)
 
 
 @playbook(
-    id="sglang.network.dist-init-addr-without-port",
+    id="sglang.network.dist-init-addr",
     category="tp-config",
     when=("exited", "hung", "unhealthy"),
-    pattern=r"Missing port in address|Port could not be cast|not enough values to unpack",
+    pattern=r"Missing port in address|Port could not be cast|not enough values to unpack|Bare IPv6 address|"
+    r"Port out of range|rendezvous: port number missing",
     priority=18,
 )
-def rendezvous_address_without_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The rendezvous address has no port."""
-    found = [f for f in dist_init_addr_without_port(ctx.view) if f.edits]
+def rendezvous_address(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The rendezvous address is not host:port: no port, a scheme, a bare IPv6 host, a port past 65535."""
+    found = [f for f in dist_init_addr_faults(ctx.view) if f.edits]
     if not found:
         return None
     return fix(ctx, list(found[0].edits), "tp-config", found[0].message, why=found[0].why, confidence=0.8)
@@ -108,4 +110,39 @@ def gpu_feature_off_device(ctx: Context, m: re.Match[str] | None) -> Decision | 
         evidence=(m.group(0),) if m else (),
         # Taking back a capability (LoRA) changes what is served: a person's call.
         confidence=0.6 if found.weight >= MIN_WEIGHT and is_tuning(found.setting) else 0.45,
+    )
+
+
+# How a device's runtime says it is not there: its tool missing, no device to open, nothing to measure.
+_ABSENT = re.compile(
+    r"not found|not available|requires an available|no \w+ (?:devices?|memory values?) (?:found|available)|"
+    r"no such device|found no|cannot find|is not installed|not compiled with",
+    re.I,
+)
+
+
+@playbook(
+    id="sglang.hardware.device-absent", category="other", when=("exited", "hung", "unhealthy"), priority=19
+)
+def device_absent(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--device names an accelerator this host does not have: SGLang fails in that device's own code
+    (`get_hpu_memory_capacity`, `hardware_backend/mps/`) saying it is not there. The host's own device is
+    what to run on."""
+    device = (ctx.view.get("--device") or "").lower()
+    gpus = ctx.gpus
+    if device in ("", "cpu", "cuda") or gpus is None or not (gpus.status == "no_gpu" or gpus.ok):
+        return None
+    error, stack = failing_path(ctx)
+    if not named_in(device, stack) or not _ABSENT.search(error):
+        return None
+    host = "cpu" if gpus.status == "no_gpu" else "cuda"
+    has = "no GPU" if host == "cpu" else f"{gpus.summary()}, which torch calls `cuda`"
+    return fix(
+        ctx,
+        [SetFlag(flag="--device", values=(host,))],
+        "other",
+        f"--device {device}: SGLang's {device} code says this host has no such device",
+        why=f"the failure is in the {device} runtime's own code ({error.splitlines()[0][:120]}); this host has "
+        f"{has}, so SGLang runs with --device {host}",
+        confidence=0.6,
     )

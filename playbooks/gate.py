@@ -373,10 +373,10 @@ def _architectures_named(flag: str, value: str, written: set[str], catalog: Flag
 
 def _respelled(value: str, written: set[str]) -> bool:
     """The value is one of the command's own, or a run of its words, with only separators changed
-    (`gpt-oss:120b` → `gpt-oss-120b`, `org/model:branch` → `org/model`): nothing in it came from anywhere
-    but the user."""
-    words = re.split(r"[-_.:/]", value)
-    return any(_run_of(words, re.split(r"[-_.:/]", w)) for w in written)
+    (`gpt-oss:120b` → `gpt-oss-120b`, `org/model:branch` → `org/model`, `::1:29500` → `[::1]:29500`):
+    nothing in it came from anywhere but the user."""
+    words = [w for w in re.split(r"[-_.:/\[\]]", value) if w]
+    return bool(words) and any(_run_of(words, [p for p in re.split(r"[-_.:/\[\]]", w) if p]) for w in written)
 
 
 def _requoted(value: str, written: set[str]) -> bool:

@@ -169,4 +169,41 @@ def test_none_for_a_number_whose_default_is_none_is_leaving_the_flag_out() -> No
     assert found["edits"] == [{"op": "remove", "flag": "--max-running-requests"}]
     # A number flag whose default is a number: `none` is no spelling of it, nothing is guessed.
     spec = LaunchCommand.parse(f"{SERVE} --schedule-conservativeness none")
-    assert not any(f.edits == (RemoveFlag(flag="--schedule-conservativeness"),) for f in check_flags(spec, CAT))
+    assert not any(
+        f.edits == (RemoveFlag(flag="--schedule-conservativeness"),) for f in check_flags(spec, CAT)
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["device-hpu-on-cpu-host", "device-mps-recipe-on-linux-cpu-host", "device-xpu-on-intel-xeon-cpu-host"],
+)
+def test_a_device_whose_own_code_says_it_is_not_here_becomes_the_hosts(name: str) -> None:
+    assert blind("corpus-real-engine-43", name)["edits"] == [
+        {"op": "set", "flag": "--device", "values": ["cpu"]}
+    ]
+
+
+def test_a_device_is_judged_absent_only_by_its_own_code_and_the_host() -> None:
+    from tests.recorded import SERVE
+
+    lines = recorded_lines("serve-device-xpu-on-cpu-host.rc1.txt")
+    spec = LaunchCommand.parse(SERVE.replace("--device cpu", "--device xpu"))
+
+    def on(gpus: str | None, log: list[str] = lines) -> tuple:
+        host = parse_gpus_description(gpus) if gpus else None
+        decision = decide(
+            context_for(spec, CAT, log, gpus=host, outcome=outcome_from_log(log, "startup-crash"))
+        )
+        return decision.playbook, getattr(decision, "edits", ())
+
+    assert on("none") == ("sglang.hardware.device-absent", (SetFlag(flag="--device", values=("cpu",)),))
+    assert on("1x H100 80GB") == (
+        "sglang.hardware.device-absent",
+        (SetFlag(flag="--device", values=("cuda",)),),
+    )
+    assert on(None)[0] != "sglang.hardware.device-absent"  # nothing known of the host: no device is guessed
+    # torch_npu missing is a package to install on an NPU host as much as a device missing here: no guess.
+    npu = recorded_lines("serve-device-npu-on-cpu-host.rc1.txt")
+    spec = LaunchCommand.parse(SERVE.replace("--device cpu", "--device npu"))
+    assert on("none", npu)[0] != "sglang.hardware.device-absent"

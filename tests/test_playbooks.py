@@ -787,7 +787,7 @@ REAL_ENGINE_5 = [
     ("chunked-prefill-size-zero-kv-budget-negative", "sglang.memory.kv-pool-empty"),
 ]
 REAL_ENGINE_3 = [
-    ("dist-init-addr-without-port", "sglang.network.dist-init-addr-without-port"),
+    ("dist-init-addr-without-port", "sglang.network.dist-init-addr"),
     ("max-queued-requests-zero-rejects-warmup", "sglang.serving.queue-too-small-for-warmup"),
     ("env-dist-init-method-override-without-tcp-scheme", "sglang.network.init-method-without-scheme"),
 ]
@@ -839,6 +839,7 @@ CASES = (
             "lora-requests-on-server-without-enable-lora",
             "sglang.request.lora-not-enabled",
         ),
+        ("corpus-real-engine-43", "device-hpu-on-cpu-host", "sglang.hardware.device-absent"),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         (

@@ -319,3 +319,44 @@ def test_an_address_or_a_name_written_the_other_engine_s_way(tmp_path: Path, cas
     path = tmp_path / "case.json"
     path.write_text((DATA5 / f"{case}.json").read_text())
     assert contract_for(path)["edits"] == edits
+
+
+@pytest.mark.parametrize(
+    ("case", "recorded", "given", "fixed"),
+    [
+        (
+            "dist-init-addr-with-tcp-scheme",
+            "serve-dist-init-addr-tcp-scheme.rc137.txt",
+            "tcp://localhost:32295",
+            "localhost:32295",
+        ),
+        (
+            "dist-init-addr-bare-ipv6-without-brackets",
+            "serve-dist-init-addr-bare-ipv6.rc137.txt",
+            "0:0:0:0:0:0:0:1:32295",
+            "[0:0:0:0:0:0:0:1]:32295",
+        ),
+    ],
+)
+def test_a_rendezvous_address_is_written_as_sglang_reads_it(case, recorded, given, fixed) -> None:
+    # SGLang prepends `tcp://` itself, and an IPv6 host takes brackets: the user's own host and port, respelled.
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert blind("corpus-real-engine-42", case)["playbook"] == "sglang.network.dist-init-addr"
+    found = decided(f"{SERVE} --dist-init-addr {given}", recorded_lines(recorded))
+    assert found["edits"] == [{"op": "set", "flag": "--dist-init-addr", "values": [fixed]}]
+
+
+def test_a_rendezvous_port_past_65535_goes_on_one_node_and_is_asked_for_on_several() -> None:
+    from specdoctor.playbooks.device_checks import dist_init_addr_faults
+    from specdoctor.playbooks.view import CommandView
+    from tests.recorded import blind
+
+    assert blind("corpus-real-engine-42", "dist-init-addr-port-out-of-range")["edits"] == [
+        {"op": "remove", "flag": "--dist-init-addr"}
+    ]
+    two = CommandView(
+        LaunchCommand.parse(f"{PY} --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:295000"), CAT
+    )
+    (found,) = dist_init_addr_faults(two)
+    assert found.edits == () and "past 65535" in found.message  # which port is open is the person's to say
