@@ -11,13 +11,15 @@ from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.brought_in import brought_in
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.naming import category_of
-from specdoctor.playbooks.suspects import WHAT_IS_SERVED, is_tuning
-from specdoctor.playbooks.take_back import its_settings
-from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
+from specdoctor.playbooks.suspects import WHAT_IS_SERVED, chosen, is_tuning
+from specdoctor.playbooks.take_back import its_settings, take_back
+from specdoctor.playbooks.view import CommandView
+from specdoctor.tools.command import Edit, RemoveFlag, SetEnv, SetFlag
 from specdoctor.tools.edit_policy import edit_policy
+from specdoctor.tools.engine_source.holds import holds
 from specdoctor.tools.engine_source.index import bundled_index
 from specdoctor.tools.engine_source.model import Site
-from specdoctor.tools.engine_source.suspects import SiteReading
+from specdoctor.tools.engine_source.suspects import SiteReading, flag_for_field
 
 
 def switch_on_the_variable(ctx: Context, reading: SiteReading) -> Decision | None:
@@ -109,6 +111,66 @@ def set_by_sglang_for(ctx: Context, reading: SiteReading, dests: dict[str, str])
             confidence=0.6 if is_tuning(info.name) else 0.45,
         )
     return None
+
+
+def resolved_from_the_command(ctx: Context, reading: SiteReading, dests: dict[str, str]) -> Decision | None:
+    """The check reads a field the command left alone whose value SGLang's argument code takes from one
+    the command chose (`attn_dp_size` ← `--dp-size` under `--enable-dp-attention`): the chosen value is what
+    the check objects to, and back at its default the resolved field is too."""
+    index = bundled_index()
+    release = index.release(reading.site.release or ctx.catalog.version)
+    sources = index.resolved_from(release) if release else {}
+    found: dict[str, tuple[str, tuple[Edit, ...]]] = {}
+    for read in reading.reads:
+        if read.set_by_user:
+            continue
+        for source in sources.get(read.field, ()):
+            info = flag_for_field(source, ctx.catalog, dests)
+            option = next(
+                (o for o in ctx.spec.options() if info and ctx.view.canon(o.name) == info.name), None
+            )
+            if info is None or option is None or info.name in WHAT_IS_SERVED or not chosen(option, info):
+                continue
+            found.setdefault(
+                info.name, (read.field, take_back(info.name, " ".join(option.values), info, ctx))
+            )
+    if len(found) != 1:
+        return None  # nothing, or several chosen settings feed the check: not a confident guess
+    flag, (field, edits) = next(iter(found.items()))
+    check = reading.site.condition or reading.site.template
+    return fix(
+        ctx,
+        list(edits),
+        check_category(reading),
+        f"SGLang's check at {where(reading)} fails on {field}, which SGLang resolves from the command's {flag}",
+        why=f"SGLang's argument code sets {field} from {flag}'s value; the check ({check}) reads it, and with "
+        f"{flag} back at its default it holds",
+        evidence=check_evidence(ctx, reading),
+        confidence=0.45,
+    )
+
+
+def still_fails(ctx: Context, reading: SiteReading, edits: list[Edit]) -> bool:
+    """The check's own arithmetic says it fails again after `edits` (`tp_size % attn_dp_size == 0` with
+    --tp-size back at 1 and attn_dp_size still 4): only an assert whose every field has a number."""
+    if reading.site.kind != "assert" or not reading.site.condition:
+        return False
+    after = CommandView(ctx.spec.apply_all(edits, ctx.view.canon), ctx.catalog)
+    index = bundled_index()
+    release = index.release(reading.site.release or ctx.catalog.version)
+    sources = index.resolved_from(release) if release else {}
+    dests = index.dests(release) if release else {}
+    values: dict[str, int] = {}
+    for read in reading.reads:
+        flags = [read.flag] if read.flag and after.has(read.flag) else []
+        flags += [f.name for s in sources.get(read.field, ()) if (f := flag_for_field(s, ctx.catalog, dests))]
+        given = [after.int(f) for f in flags if after.has(f)]
+        default = read.default if read.default and read.default.lstrip("-").isdigit() else None
+        value = given[0] if len(given) == 1 else int(default) if default is not None and not given else None
+        if value is None:
+            return False
+        values[read.field] = value
+    return holds(reading.site.condition, values) is False
 
 
 def brought_in_by_the_command(ctx: Context, reading: SiteReading) -> Decision | None:

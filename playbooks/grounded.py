@@ -20,7 +20,9 @@ from specdoctor.playbooks.check_paths import (
     check_category,
     check_evidence,
     past_the_remedy,
+    resolved_from_the_command,
     set_by_sglang_for,
+    still_fails,
     switch_off_the_path,
     switch_on_the_variable,
     where,
@@ -61,7 +63,9 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     ):
         return owned
     if _culprits(reading):
-        return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {})
+        return _change_a_suspect(ctx, reading, dests, index.types(known) if known else {}) or (
+            resolved_from_the_command(ctx, reading, dests)
+        )
     if (
         reading.all_default
         and (site.fields or site.guard_fields)
@@ -71,6 +75,7 @@ def engine_check(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     ):
         return (
             set_by_sglang_for(ctx, reading, dests)
+            or resolved_from_the_command(ctx, reading, dests)
             or brought_in_by_the_command(ctx, reading)
             or _engine_bug(ctx, reading)
         )
@@ -269,6 +274,8 @@ def _to_allowed_or_default(
         else [RemoveFlag(flag=read.flag), *its_settings(read.flag, ctx)]
     )
     what = f"to {allowed}, a value the check accepts" if allowed else "back to SGLang's default"
+    if still_fails(ctx, reading, edits):
+        return None  # the check's own arithmetic fails again with this change
     if _every_part_must_hold(reading):
         rest = _also_needed(reading, read)
         if rest is None:

@@ -134,6 +134,21 @@ def test_a_field_the_function_sets_for_another_before_the_check_is_recorded_with
     assert site.brought_in == ("page_size=device",)
 
 
+def test_the_fields_sglang_resolves_from_others_anywhere_in_its_argument_code() -> None:
+    from specdoctor.tools.engine_source.resolutions import resolved_from
+
+    source = """
+        def _handle_deprecated(server_args):
+            cfg = resolving_view(server_args)
+            if cfg.device == "cpu":
+                declare_resolution(server_args, "x", dp_size=cfg.tp_size, page_size=1)
+            server_args.attention_backend = cfg.attention_backend or "triton"
+        """
+    found = resolved_from(FileContext.parse(textwrap.dedent(source), "srt/arg_groups/x_hook.py", FIELDS))
+    # The value's source, not the condition around it; a constant or the field itself is no source.
+    assert found == {"dp_size": {"tp_size"}}
+
+
 def test_message_built_in_a_variable_format_and_percent_logs() -> None:
     sites = sites_of(
         """

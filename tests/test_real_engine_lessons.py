@@ -360,3 +360,32 @@ def test_a_rendezvous_port_past_65535_goes_on_one_node_and_is_asked_for_on_sever
     )
     (found,) = dist_init_addr_faults(two)
     assert found.edits == () and "past 65535" in found.message  # which port is open is the person's to say
+
+
+def test_a_check_on_a_field_sglang_resolves_from_the_commands_flag_takes_that_flag_back() -> None:
+    # `assert cfg.tp_size % cfg.attn_dp_size == 0` reads no flag the command gives, but SGLang's argument
+    # code sets attn_dp_size from --dp-size (the old `--dp-size N --enable-dp-attention` spelling).
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    contract = blind("corpus-real-engine-40", "dp-attention-dp-size-not-dividing-tp-size")
+    assert contract["edits"] == [{"op": "remove", "flag": "--dp-size"}] and contract["confidence"] < 0.5
+    lines = recorded_lines("serve-dp-attention-dp-size-4-tp-2.rc1.txt")
+    found = decided(f"{SERVE} --enable-dp-attention --dp-size 4 --tp-size 2", lines)
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.source.check",
+        [{"op": "remove", "flag": "--dp-size"}],
+    )
+    # With every field the check reads at its default and nothing feeding them, it stays an engine bug.
+    assert decided(SERVE, lines)["action"] == "stop"
+
+
+def test_a_checks_arithmetic_is_computed_not_run() -> None:
+    from specdoctor.tools.engine_source.holds import holds
+
+    assert holds("cfg.tp_size % cfg.attn_dp_size == 0", {"tp_size": 2, "attn_dp_size": 1}) is True
+    assert holds("cfg.tp_size % cfg.attn_dp_size == 0", {"tp_size": 1, "attn_dp_size": 4}) is False
+    assert holds("x.a > 0 and not x.b", {"a": 1, "b": False}) is True
+    # A call, a missing value or a division by zero is not known, and nothing is evaluated by Python.
+    assert holds("__import__('os').system('true') == 0", {}) is None
+    assert holds("cfg.tp_size % cfg.attn_dp_size == 0", {"tp_size": 2}) is None
+    assert holds("cfg.tp_size % cfg.attn_dp_size == 0", {"tp_size": 2, "attn_dp_size": 0}) is None

@@ -28,6 +28,7 @@ from specdoctor.tools.engine_source.declarations import declarations
 from specdoctor.tools.engine_source.extract import FileContext, extract_sites
 from specdoctor.tools.engine_source.index import DATA, FORMAT, version_key
 from specdoctor.tools.engine_source.model import Site
+from specdoctor.tools.engine_source.resolutions import resolved_from
 from specdoctor.tools.engine_source.sources import COVERED, covered, from_tree, from_wheel, matches
 
 _PLACE = frozenset({"line", "end_line", "release", "source"})
@@ -42,6 +43,7 @@ class ReleaseBuild:
     types: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     architectures: list[str] = field(default_factory=list)
+    resolved_from: dict[str, list[str]] = field(default_factory=dict)
 
 
 def build_release(files: Mapping[str, str]) -> ReleaseBuild:
@@ -56,10 +58,14 @@ def build_release(files: Mapping[str, str]) -> ReleaseBuild:
     decl = declarations(trees)
     out = ReleaseBuild(fields=decl.fields, dests=decl.dests, types=decl.types, skipped=skipped)
     out.architectures = entry_classes({r: t for r, t in trees.items() if matches(r, REGISTERING)})
+    sources: dict[str, set[str]] = {}
     for rel in covered(trees):
         ctx = FileContext.of(trees[rel], files[rel], rel, decl.fields, decl.constants)
         out.sites += extract_sites(ctx)
         out.files.append(rel)
+        for resolved, fields in resolved_from(ctx).items():
+            sources.setdefault(resolved, set()).update(fields)
+    out.resolved_from = {f: sorted(s) for f, s in sorted(sources.items())}
     return out
 
 
@@ -87,6 +93,7 @@ def build_index(releases: Mapping[str, Mapping[str, str]]) -> dict:
             "types": built.types,
             "skipped": built.skipped,
             "architectures": built.architectures,
+            "resolved_from": built.resolved_from,
         }
     return {
         "format": FORMAT,

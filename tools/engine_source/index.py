@@ -92,6 +92,10 @@ class SourceIndex:
         """The architectures this release serves natively (its models' EntryClass); empty where not read."""
         return frozenset(self._raw["releases"][release].get("architectures", ()))
 
+    def resolved_from(self, release: str) -> dict[str, list[str]]:
+        """Fields SGLang's argument code resolves from others in this release (`attn_dp_size` ← `dp_size`)."""
+        return self._raw["releases"][release].get("resolved_from", {})
+
     # ---- sites ---------------------------------------------------------------------------------
     @cached_property
     def _where(self) -> dict[int, list[tuple[str, int, int]]]:
