@@ -2,7 +2,12 @@
 name respelled (`LLaMAForCausalLM`, a copy renamed `MyLlamaForCausalLM`). SGLang then falls back to
 transformers, which does not know it either, and the launch stops. --json-model-override-args sets the
 config's `architectures` without touching the model folder; the name put there comes from the engine's own
-registry (each srt/models file's EntryClass), never from the log."""
+registry (each srt/models file's EntryClass), never from the log.
+
+An export can also name the family's model without its language-model head (`LlamaModel`, which SGLang
+serves through transformers' fallback) or with a classification head (`LlamaForSequenceClassification`,
+which pools instead of generating): a server asked to generate then runs degraded or crashes on the first
+chat request. The family's `ForCausalLM`, where SGLang registers it, is what generates."""
 
 from __future__ import annotations
 
@@ -73,3 +78,48 @@ def _user_override(ctx: Context) -> dict[str, object] | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+# SGLang's log of which class it loads: "X has no SGLang implementation, falling back to Transformers",
+# "Load weight end. ... type=X,".
+_LOADED = (
+    r"(\w+) has no SGLang implementation, falling back to Transformers|Load weight end\.[^\n]*?\btype=(\w+)"
+)
+# Heads that do not generate text: the bare model, classifiers and reward heads.
+_NOT_GENERATING = re.compile(
+    r"^(?P<family>[A-Z]\w*?)(?:Model|For(?:Sequence|Token)Classification|ForRewardModel)$"
+)
+
+
+@playbook(
+    id="sglang.model.head-does-not-generate",
+    category="model-path",
+    when=("exited", "hung", "unhealthy", "degraded"),
+    pattern=_LOADED,
+    priority=36,
+)
+def head_does_not_generate(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The config names the family's model without its generation head while the server is to generate."""
+    if m is None or ctx.view.has("--is-embedding") or ctx.view.has("--json-model-override-args"):
+        return None
+    loaded = m.group(1) or m.group(2)
+    head = _NOT_GENERATING.match(loaded)
+    if head is None:
+        return None
+    meant = f"{head['family']}ForCausalLM"
+    if meant not in registered_architectures(ctx.catalog.version):
+        return None
+    if m.group(2) and not any("pooler" in f"{f.path} {f.function}" for f in ctx.root.frames):
+        return None  # a classifier loaded, but the failure is not its pooling where text was asked for
+    return fix(
+        ctx,
+        [SetFlag(flag="--json-model-override-args", values=(json.dumps({"architectures": [meant]}),))],
+        "model-path",
+        f"the model config names {loaded}, a {head['family']} without its text-generation head; SGLang "
+        f"registers {meant}",
+        why=f"{loaded} does not generate (SGLang falls back to transformers, or pools for a classifier); "
+        f"--json-model-override-args names {meant}, the head that does, without editing the model folder "
+        "(if the checkpoint has no lm_head weights it cannot generate at all)",
+        evidence=(m.group(0),),
+        confidence=0.45,
+    )

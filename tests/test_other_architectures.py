@@ -41,3 +41,45 @@ def test_only_the_override_key_at_fault_goes() -> None:
         flag="--json-model-override-args", values=('{"rope_theta": 5}',)
     )
     assert _without({"hidden_act": "gelu"}, "hidden_act") == RemoveFlag(flag="--json-model-override-args")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "export-architectures-llamamodel-transformers-fallback",
+        "export-architectures-sequence-classification-chat-crash",
+    ],
+)
+def test_a_head_that_does_not_generate_becomes_the_familys_causal_lm(name: str) -> None:
+    from tests.recorded import blind
+
+    contract = blind("corpus-real-engine-44", name)
+    assert contract["edits"] == [
+        {
+            "op": "set",
+            "flag": "--json-model-override-args",
+            "values": ['{"architectures": ["LlamaForCausalLM"]}'],
+        }
+    ]
+    assert contract["confidence"] < 0.5  # what is loaded changes: the person's call
+
+
+def test_the_bare_model_class_is_read_from_sglangs_fallback_line_and_nothing_else() -> None:
+    from tests.recorded import DATA, SERVE, decided
+
+    # Recorded on the real `sglang serve`: config.json names LlamaModel; completions answer 200 through the
+    # transformers fallback.
+    lines = DATA / "sglang-outputs" / "serve-config-architectures-llamamodel-completions.degraded.txt"
+    lines = lines.read_text().splitlines()
+    found = decided(SERVE, lines, "runs-but-degraded")
+    assert (found["playbook"], found["edits"][0]["values"]) == (
+        "sglang.model.head-does-not-generate",
+        ['{"architectures": ["LlamaForCausalLM"]}'],
+    )
+    # An embedding server is meant to pool, and a classifier whose failure is elsewhere is not this.
+    assert decided(f"{SERVE} --is-embedding", lines, "runs-but-degraded")["playbook"] != found["playbook"]
+    classifier = [
+        "Load weight end. elapsed=0.03 s, type=LlamaForSequenceClassification, avail mem=18.00 GB",
+        "OSError: [Errno 98] Address already in use",
+    ]
+    assert decided(SERVE, classifier)["playbook"] != found["playbook"]

@@ -840,6 +840,11 @@ CASES = (
             "sglang.request.lora-not-enabled",
         ),
         ("corpus-real-engine-43", "device-hpu-on-cpu-host", "sglang.hardware.device-absent"),
+        (
+            "corpus-real-engine-44",
+            "export-architectures-llamamodel-transformers-fallback",
+            "sglang.model.head-does-not-generate",
+        ),
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         (
