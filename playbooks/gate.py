@@ -337,6 +337,8 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None  # a name built into SGLang (a chat template it registers), not a person's text
     if _architectures_named(flag.name, value, written, catalog):
         return None  # the user's override with an architecture SGLang registers
+    if _config_keys_dropped(flag.name, value, written):
+        return None  # the user's override, and keys of the model's config set to null: nothing new comes in
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 
 
@@ -354,6 +356,20 @@ def _written(command: LaunchCommand, catalog: FlagCatalog) -> set[str]:
         if catalog.canonical(option.name) == "--config" and option.values:
             written |= config_values(option.values[0])
     return written
+
+
+def _config_keys_dropped(flag: str, value: str, written: set[str]) -> bool:
+    """A model-config override that only sets config keys to null (`{"quantization_config": null}`), next
+    to the user's own keys with the user's values: it takes from the config, it brings nothing in."""
+    parsed = json_container(value)
+    if flag != "--json-model-override-args" or not isinstance(parsed, dict):
+        return False
+    dropped = {k for k, v in parsed.items() if v is None and re.fullmatch(r"[a-z][a-z0-9_]{0,63}", k)}
+    rest = {k: v for k, v in parsed.items() if k not in dropped}
+    theirs = [t for w in written if isinstance(t := json_container(w), dict)]
+    return bool(dropped) and (
+        not rest or any(all(k in t and t[k] == v for k, v in rest.items()) for t in theirs)
+    )
 
 
 def _architectures_named(flag: str, value: str, written: set[str], catalog: FlagCatalog) -> bool:

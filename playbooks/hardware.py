@@ -7,6 +7,7 @@ import re
 from specdoctor.playbooks.base import Context, StopRule, fix, line_of, playbook, stop, stop_rules
 from specdoctor.playbooks.code_paths import code_locations
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.overrides import leftover_quantization
 from specdoctor.playbooks.suspects import prime_suspect, revert_prime_suspect
 from specdoctor.tools.command import RemoveFlag, SetFlag
 
@@ -261,6 +262,8 @@ _COMPILING = re.compile(
 )
 def quant_alignment(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """A quantized checkpoint's shapes do not split across this many GPUs (or at all) for this kernel."""
+    if leftover := leftover_quantization(ctx, "the quantized weight shapes do not fit"):
+        return leftover
     return stop(
         ctx,
         "quantization",

@@ -55,3 +55,25 @@ def override_from_another_model(ctx: Context, m: re.Match[str] | None) -> Decisi
 def _without(override: dict[str, object], key: str) -> Edit:
     rest = {k: v for k, v in override.items() if k != key}
     return SetFlag(flag=_FLAG, values=(json.dumps(rest),)) if rest else RemoveFlag(flag=_FLAG)
+
+
+def leftover_quantization(ctx: Context, failure: str) -> Decision | None:
+    """A quantization kernel cannot take the checkpoint's shapes although nothing is split (--tp-size 1) and
+    the command asks for no quantization: the model's config.json names one its weights do not have, as a
+    merge or dequantization export leaves it. The override drops it; the config's other keys stand."""
+    if ctx.view.tp != 1 or ctx.view.has("--quantization"):
+        return None
+    override = json_container(ctx.view.get(_FLAG) or "{}")
+    if not isinstance(override, dict) or "quantization_config" in override:
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag=_FLAG, values=(json.dumps({**override, "quantization_config": None}),))],
+        "quantization",
+        f"{failure} with nothing split (--tp-size 1): the checkpoint's weights do not have the shapes of the "
+        "quantization its config.json names",
+        why="a quantization_config left in config.json after the weights were merged or dequantized makes "
+        'SGLang build quantized layers for plain weights; {"quantization_config": null} reads them as they are '
+        "(if the checkpoint really is quantized, it was made for another kernel and no flag mends it)",
+        confidence=0.45,
+    )

@@ -8,6 +8,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.host_checks import largest_tp, visible_gpus
+from specdoctor.playbooks.overrides import leftover_quantization
 from specdoctor.tools.command import RemoveFlag, SetEnv, SetFlag
 
 CUSTOM_ALLREDUCE = r"custom_all_reduce|CustomAllreduce|register_graph_buffers"
@@ -90,6 +91,10 @@ def block_quant(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """Block-quantized (FP8) weights split by TP into shards that are not whole blocks."""
     assert m is not None
     shard, block = int(m.group(1)), int(m.group(2))
+    if leftover := leftover_quantization(
+        ctx, f"a {shard}-row weight is not a multiple of {block}-wide blocks"
+    ):
+        return leftover
     tp = ctx.view.tp
     total = shard * tp
     valid = [t for t in (1, 2, 4, 8, 16) if total % t == 0 and (total // t) % block == 0]

@@ -4,6 +4,8 @@ that says so (no flag change repairs it by itself)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.recorded import PY, blind, decided, recorded_lines
 
 RULE = "sglang.model.weights-do-not-fit-the-config"
@@ -32,3 +34,36 @@ def test_a_config_json_that_disagrees_with_its_weights_is_a_stop_that_says_so() 
     blind("corpus-real-engine-22", "config-vocab-size-mismatch-with-checkpoint", solved=False)
     # With tensor parallelism the split itself may be why: not this rule's to say.
     assert decided(f"{PY} --tp-size 2", lines)["playbook"] != RULE
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "merged-checkpoint-leftover-fp8-quantization-config",
+        "merged-checkpoint-leftover-awq-quantization-config",
+    ],
+)
+def test_a_quantization_the_weights_do_not_have_at_tp_1_is_dropped_by_override(name: str) -> None:
+    from tests.recorded import blind
+
+    contract = blind("corpus-real-engine-44", name)
+    assert contract["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"quantization_config": null}']}
+    ]
+    assert contract["confidence"] < 0.5
+
+
+def test_a_leftover_quantization_is_named_only_where_nothing_is_split_or_asked_for() -> None:
+    from tests.recorded import decided, recorded_lines
+
+    lines = recorded_lines("serve-leftover-fp8-block-quantization-config.rc137.txt")
+    serve = "sglang serve --model-path /models/tl-fp8-dequant --device cpu --max-total-tokens 4096"
+    found = decided(serve, lines)
+    assert found["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"quantization_config": null}']}
+    ]
+    # The user's own override keys stay; at TP 2 the split may be the fault; an asked-for quantization is meant.
+    kept = decided(f"{serve} --json-model-override-args '{{\"max_position_embeddings\": 512}}'", lines)
+    assert kept["edits"][0]["values"] == ['{"max_position_embeddings": 512, "quantization_config": null}']
+    assert decided(f"{serve} --tp-size 2", lines)["action"] == "stop"
+    assert decided(f"{serve} --quantization fp8", lines)["action"] == "stop"
