@@ -45,6 +45,7 @@ _WEIGHTS = {
     "value in report": 2,
     "name in report": 2,
     "the one choice on a cut path": 1,
+    "read by the failing line": 2,
 }
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
@@ -112,8 +113,10 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         # mention of the model: no evidence about the setting.
         family = squeeze(value) in squeeze(ctx.view.get("--model-path") or "")
         values = [value] if value and not _numeric(value) and not family else []
-        found = _strongest(flag, values, names, error, stack, edits) or _other_name_suspect(
-            flag, error, edits
+        found = (
+            _strongest(flag, values, names, error, stack, edits)
+            or _read_by_the_failing_line(flag, ctx, edits)
+            or _other_name_suspect(flag, error, edits)
         )
         if found is None or found.weight < MIN_WEIGHT:
             found = (
@@ -123,6 +126,28 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
                 or found
             )
         yield found
+
+
+def _read_by_the_failing_line(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
+    """The line the error was raised on, as the traceback quotes it, reads the setting's field from the
+    server arguments (`return server_args.numa_node[gpu_id]` → IndexError): the engine failed on its value."""
+    line = _failing_line(ctx)
+    field = flag.lstrip("-").replace("-", "_")
+    if line and re.search(rf"\b(?:server_args|args|cfg|self\.server_args)\.{field}\b", line):
+        return _suspect(flag, "read by the failing line", (line.strip(),), edits)
+    return None
+
+
+def _failing_line(ctx: Context) -> str | None:
+    """The source line of the traceback's last frame (its quoted code), if the log shows it."""
+    code = None
+    after_frame = False
+    for text in ctx.root.block:
+        if text.lstrip().startswith('File "'):
+            after_frame, code = True, None
+        elif after_frame and text.strip() and not re.fullmatch(r"\s*[~^]+\s*", text):
+            code, after_frame = text, False
+    return code
 
 
 def _in_prose(
@@ -408,4 +433,5 @@ _HOW = {
     "area in stack": "the traceback runs through the part of SGLang it chooses the code of",
     "value in report": "the report of the failure names its value",
     "name in report": "the report of the failure names it",
+    "read by the failing line": "the line SGLang failed on reads it",
 }

@@ -241,3 +241,23 @@ def test_an_engine_switch_is_turned_off_in_its_own_spelling_and_only_when_alone(
     assert two["playbook"] != "sglang.feature.lone-choice"
     flag = decided(f"SGLANG_USE_HND_KVCACHE=true {SERVE} --attention-backend torch_native", lines)
     assert flag["edits"] != found["edits"]
+
+
+def test_the_setting_the_failing_line_reads_is_the_lead() -> None:
+    # `return server_args.numa_node[gpu_id]` → IndexError: one --numa-node entry for two TP ranks.
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert _edits(blind("corpus-real-engine-43", "numa-node-one-entry-for-tp-2")) == [
+        {"op": "remove", "flag": "--numa-node"}
+    ]
+    lines = recorded_lines("serve-numa-node-one-entry-tp-2.rc1.txt")
+    command = f"SGLANG_CPU_OMP_THREADS_BIND='0|1' {SERVE} --tp-size 2 --numa-node 1"
+    found = decided(command, lines)
+    assert (found["edits"], found["confidence"]) == ([{"op": "remove", "flag": "--numa-node"}], 0.45)
+    # The line reads the field, not a word of it: `numa_nodes` or `self.numa_node_count` names no setting.
+    log = [
+        '  File "/x/sglang/srt/utils/numa_utils.py", line 3, in f',
+        "    return cfg.numa_nodes[0]",
+        "IndexError: x",
+    ]
+    assert "--numa-node" not in _suspects_for(f"{SERVE} --numa-node 1", log)
