@@ -265,3 +265,48 @@ def _size_flag(ctx: Context, term: str, value: str) -> str | None:
         if info and ctx.view.has(info.name) and ctx.view.get(info.name) == value and info.default != value:
             return info.name
     return None
+
+
+_LOOPBACK = re.compile(r"^(?:\[?::1\]?|127(?:\.\d+){3}|localhost)(?::\d+)?$", re.I)
+
+
+@playbook(id="sglang.parallel.peers-never-join", category="tp-config", when=("hung",), priority=41)
+def peers_never_join(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A multi-node launch hangs where its ranks meet ("Init parallel begin", nothing after): the other
+    nodes never joined. When the rendezvous is this host's loopback, they could only be other launches on
+    this host, and none was started: the command is one node's part of a recipe for several."""
+    view = ctx.view
+    if view.nnodes <= 1 or ctx.outcome.fatal_line:
+        return None
+    steps = [
+        ln
+        for ln in ctx.log_text.splitlines()
+        if re.search(r"Init parallel|Init torch distributed|Load weight", ln)
+    ]
+    if (
+        not steps
+        or ("Init parallel begin" not in steps[-1]
+        and "Init torch distributed begin" not in steps[-1])
+    ):
+        return None
+    rendezvous = view.get("--dist-init-addr") or ""
+    if not _LOOPBACK.match(rendezvous):
+        return stop(
+            ctx,
+            "tp-config",
+            f"--nnodes {view.nnodes}: this node waits where all ranks meet, and the others never joined",
+            f"Start every node (--node-rank 0 … {view.nnodes - 1}) with the same command and --dist-init-addr "
+            f"{rendezvous or '<node 0 host:port>'}, and check that node 0's port is reachable from the others.",
+            evidence=(steps[-1].strip(),),
+            confidence=0.6,
+        )
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--nnodes"), RemoveFlag(flag="--node-rank"), RemoveFlag(flag="--dist-init-addr")],
+        "tp-config",
+        f"--nnodes {view.nnodes} over {rendezvous}, this host's loopback: the other nodes never joined",
+        why="a loopback rendezvous only reaches launches on this host, and none was started for the other "
+        "node ranks; as one node the same --tp-size runs here (if this host has the devices for it)",
+        evidence=(steps[-1].strip(),),
+        confidence=0.45,
+    )

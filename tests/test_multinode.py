@@ -312,3 +312,29 @@ def test_one_nodes_command_copied_with_more_nodes_loses_the_rank_with_the_node_c
 
     found = blind("corpus-real-engine-28", "nnodes-2-with-tp-1-single-host")
     assert sorted(e["flag"] for e in found["edits"]) == ["--nnodes", "--node-rank"]
+
+
+@pytest.mark.parametrize(
+    "name", ["nnodes-2-node-0-alone-on-one-host-hangs", "nnodes-2-node-rank-1-started-alone-hangs"]
+)
+def test_a_loopback_rendezvous_no_other_node_joined_runs_as_one_node(name: str) -> None:
+    from tests.recorded import blind
+
+    contract = blind("corpus-real-engine-42", name)
+    assert contract["playbook"] == "sglang.parallel.peers-never-join" and contract["confidence"] < 0.5
+
+
+def test_nodes_that_never_join_are_started_by_a_person_unless_the_rendezvous_is_this_host() -> None:
+    from tests.recorded import DATA, SERVE, decided
+
+    # Recorded on the real `sglang serve`: node 0 of two, rendezvous localhost, waits at "Init parallel begin".
+    lines = (
+        (DATA / "sglang-outputs" / "serve-nnodes-2-rank-0-alone-localhost.hang.txt").read_text().splitlines()
+    )
+    here = f"{SERVE} --nnodes 2 --node-rank 0 --tp-size 2 --dist-init-addr localhost:32295"
+    found = decided(here, lines, "hang")
+    assert found["playbook"] == "sglang.parallel.peers-never-join"
+    assert {e["flag"] for e in found["edits"]} == {"--nnodes", "--node-rank", "--dist-init-addr"}
+    # Node 0 on another host: the other nodes are a person's to start.
+    there = decided(here.replace("localhost:32295", "10.0.0.5:32295"), lines, "hang")
+    assert (there["playbook"], there["action"]) == ("sglang.parallel.peers-never-join", "stop")
