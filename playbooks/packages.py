@@ -80,9 +80,13 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 def _switch_named_by(flag: str, values: tuple[str, ...], where: str) -> bool:
     """A switch whose own words are all in the missing module's name or the importing files
-    (`--enable-memory-saver` and `torch_memory_saver`)."""
+    (`--enable-memory-saver` and `torch_memory_saver`), or a setting whose field is the importing module
+    itself (`--tool-server demo` and `entrypoints/openai/tool_server.py`)."""
     words = [w for w in flag[2:].split("-") if w not in ("enable", "disable", "use")]
-    return not values and len(words) >= 2 and all(w in where for w in words)
+    if values:
+        field = "_".join(flag[2:].split("-"))
+        return len(words) >= 2 and re.search(rf"/{field}(?:\.py|/)", where) is not None
+    return len(words) >= 2 and all(w in where for w in words)
 
 
 def _feature_whose_default_needs(ctx: Context, package: str) -> list[str]:

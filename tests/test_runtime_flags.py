@@ -93,3 +93,19 @@ def test_the_layout_that_switches_the_mlp_sync_on_goes_when_the_backend_cannot_p
     found = blind(folder, name)
     assert found["playbook"] == "sglang.parallel.mlp-sync-unsupported-backend"
     assert found["edits"] == [{"op": "remove", "flag": flag}]
+
+
+def test_a_setting_whose_own_module_imports_the_missing_package_goes() -> None:
+    # `--tool-server` imports entrypoints/openai/tool_server.py, which imports openai_harmony: without the
+    # flag SGLang never imports it (or the person installs it).
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert blind("corpus-real-engine-46", "tool-server-demo-without-openai-harmony")["edits"] == [
+        {"op": "remove", "flag": "--tool-server"}
+    ]
+    lines = recorded_lines("serve-tool-server-mcp-url-without-openai-harmony.rc3.txt")
+    assert decided(f"{SERVE} --tool-server localhost:9999", lines)["edits"] == [
+        {"op": "remove", "flag": "--tool-server"}
+    ]
+    # A setting whose field is not the importing module is not taken for it.
+    assert decided(f"{SERVE} --served-model-name support-bot", lines)["action"] == "stop"
