@@ -283,10 +283,8 @@ def peers_never_join(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         for ln in ctx.log_text.splitlines()
         if re.search(r"Init parallel|Init torch distributed|Load weight", ln)
     ]
-    if (
-        not steps
-        or ("Init parallel begin" not in steps[-1]
-        and "Init torch distributed begin" not in steps[-1])
+    if not steps or (
+        "Init parallel begin" not in steps[-1] and "Init torch distributed begin" not in steps[-1]
     ):
         return None
     rendezvous = view.get("--dist-init-addr") or ""

@@ -22,6 +22,7 @@ _FAMILIES = (
     "watchdog",
     "zeros",
     "first_requests",
+    "parsers",
     "lora_requests",
     "input_embeds",
     "architectures",

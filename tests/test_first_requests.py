@@ -254,3 +254,45 @@ def test_a_completion_budget_over_the_context_is_cut_by_sglang_when_allowed() ->
     # Already allowed and still refused (the prompt alone is too long): not this rule's.
     allowed = decided(f"{SERVE} --allow-auto-truncate", lines, "runs-but-degraded")
     assert {"op": "set", "flag": "--allow-auto-truncate", "values": []} not in allowed["edits"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tool-call-parser-glm47-on-llama-required-ignored",
+        "tool-call-parser-kimi-k3-on-llama-structural-tag-vocab",
+    ],
+)
+def test_a_tool_parser_of_another_family_becomes_the_models_own(name: str) -> None:
+    from tests.recorded import blind
+
+    contract = blind("corpus-real-engine-46", name)
+    assert contract["edits"] == [{"op": "set", "flag": "--tool-call-parser", "values": ["llama3"]}]
+    assert contract["confidence"] < 0.5
+
+
+def test_the_models_family_is_read_from_its_name_and_only_one_parser_of_it_is_taken() -> None:
+    from tests.recorded import DATA, SERVE, decided
+
+    # Recorded on the real `sglang serve`: mistral's parser on a Llama, `tool_choice: required`.
+    path = DATA / "sglang-outputs" / "serve-tool-call-parser-mistral-on-llama-required.degraded.txt"
+    lines = path.read_text().splitlines()
+    found = decided(f"{SERVE} --tool-call-parser mistral", lines, "runs-but-degraded")
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.request.tool-parser-of-another-family",
+        [{"op": "set", "flag": "--tool-call-parser", "values": ["llama3"]}],
+    )
+    qwen = SERVE.replace("tiny-llama", "Qwen2.5-7B-Instruct")
+    assert decided(f"{qwen} --tool-call-parser mistral", lines, "runs-but-degraded")["edits"] == [
+        {"op": "set", "flag": "--tool-call-parser", "values": ["qwen25"]}
+    ]
+    # The parser of the model's own family failing is another fault; a family with no parser gets no guess.
+    assert (
+        decided(f"{SERVE} --tool-call-parser llama3", lines, "runs-but-degraded")["playbook"]
+        != found["playbook"]
+    )
+    phi = SERVE.replace("tiny-llama", "phi-4")
+    assert (
+        decided(f"{phi} --tool-call-parser mistral", lines, "runs-but-degraded")["playbook"]
+        != found["playbook"]
+    )

@@ -841,6 +841,16 @@ CASES = (
         ),
         ("corpus-real-engine-43", "device-hpu-on-cpu-host", "sglang.hardware.device-absent"),
         (
+            "corpus-real-engine-46",
+            "tool-call-parser-glm47-on-llama-required-ignored",
+            "sglang.request.tool-parser-of-another-family",
+        ),
+        (
+            "corpus-real-engine-42",
+            "nnodes-2-node-0-alone-on-one-host-hangs",
+            "sglang.parallel.peers-never-join",
+        ),
+        (
             "corpus-real-engine-44",
             "export-architectures-llamamodel-transformers-fallback",
             "sglang.model.head-does-not-generate",

@@ -272,3 +272,16 @@ def test_a_masked_edit_stands_for_the_value_it_hides() -> None:
     assert shown == f"HF_TOKEN={MASK} python -m sglang.launch_server --api-key {MASK} --tp 2"
     edited = LaunchCommand.parse(shown.replace("--tp 2", "--tp 4"))
     assert unmask(edited, source).shell() == source.shell().replace("--tp 2", "--tp 4")
+
+
+def test_what_looks_like_a_key_but_is_a_logs_structure_stays() -> None:
+    # A special token under a `token` key, an image a client sent as base64, a tuple printed after `*_key=`:
+    # none hides a secret, and masking them would cut the words the diagnosis reads.
+    kept = [
+        '{"type": "token", "token": "<|close|>"}',
+        '"data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"',
+        "Grammar preprocessing timed out: req.grammar_key=('json', '{}')",
+    ]
+    assert [redact_text(line) for line in kept] == kept
+    # A real key stays masked next to them.
+    assert "sk-proj-" not in redact_text('"token": "sk-proj-Ab3dEf5hIj7kLm9nOp1qRs3tUv5wXy7z"')

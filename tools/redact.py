@@ -96,8 +96,8 @@ def _hidden(name: str, value: str, *, strict: bool = False) -> bool:
     """Whether `value`, found under `name`, is masked. `strict` (free text): a bare `key` is not enough."""
     strength = _strength(name)
     literal = value.strip("'\"").lower()
-    if strength == 0 or literal in _LITERALS or re.fullmatch(r"<[\w -]*>", literal):
-        return False  # a placeholder such as SGLang's own `'<redacted>'` hides nothing
+    if strength == 0 or literal in _LITERALS or re.fullmatch(r"<\|?[\w -]*\|?>", literal):
+        return False  # a placeholder (SGLang's own `'<redacted>'`) or a special token (`<|close|>`) hides nothing
     if strict and _words(name) in (["KEY"], ["KEYS"]):
         return False
     if re.fullmatch(r"[-+]?\d+(\.\d+)?", literal):
@@ -216,13 +216,15 @@ _PROSE = {
 }
 _RUN = re.compile(r"(?<![A-Za-z0-9_+/\-.])[A-Za-z0-9_+/\-]{20,}={0,2}(?![A-Za-z0-9_+/=\-.])")
 _WORDY = re.compile(r"[A-Z]?[a-z]{3,}")
+# How base64 of a PNG, JPEG, GIF or WebP file begins: an image a client sent, not a key.
+_IMAGE_MAGIC = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR")
 
 
 def looks_random(run: str) -> bool:
     """A long run of mixed letters and digits that is not made of words: a key, not a name or a digest.
     Lower-case hex (commit shas, digests), CamelCase names (`DeepseekV3ForCausalLM`) and paths are not."""
     run = run.rstrip("=")
-    if run[:1] in "/~":
+    if run[:1] in "/~" or run.startswith(_IMAGE_MAGIC):
         return False
     # A run with `/` and no other separator is base64 (a key); with them it is a path, read part by part.
     chunks = [run] if "/" in run and not re.search(r"[-_.]", run) else re.split(r"[-_./]", run)
