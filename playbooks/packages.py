@@ -33,7 +33,7 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         if (
             len(o.values) == 1
             and len(o.values[0]) >= 4
-            and o.values[0].lower() in (stack + " " + name.lower())
+            and (o.values[0].lower() in (stack + " " + name.lower()) or _words_of_value_in(o.values[0], name))
         )
         # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
         or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
@@ -76,6 +76,14 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         f"the Python package `{name}` is missing from SGLang's environment",
         f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
     )
+
+
+def _words_of_value_in(value: str, package: str) -> bool:
+    """Every word of a value of two or more is a word of the missing package's name (`runai_streamer` and
+    `runai_model_streamer`)."""
+    words = [w for w in re.split(r"[-_.]", value.lower()) if w]
+    theirs = set(re.split(r"[-_.]", package.lower()))
+    return len(words) >= 2 and all(w in theirs for w in words)
 
 
 def _switch_named_by(flag: str, values: tuple[str, ...], where: str) -> bool:

@@ -4,14 +4,16 @@ and its default is what they wanted."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
+from specdoctor.playbooks.json_values import json_container
 from specdoctor.playbooks.naming import category_of, named_exactly, named_in
 from specdoctor.playbooks.take_back import its_settings
 from specdoctor.playbooks.view import as_float
-from specdoctor.tools.command import RemoveFlag
+from specdoctor.tools.command import Edit, RemoveFlag, SetFlag, UnsetEnv
 
 _ZERO_FAILURE = (
     r"ZeroDivisionError|division (?:or modulo )?by zero|modulo by zero|"
@@ -29,33 +31,60 @@ _NUMERIC = frozenset({"int", "float", "human_readable_int"})
     priority=60,
 )
 def zero_the_user_chose(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """SGLang failed on a zero, and the command set a numeric setting to 0: that setting goes back to
-    its default (sure when the failing code names it, a guess when it is the command's only zero)."""
+    """SGLang failed on a zero, and the command set a numeric setting to 0 (a flag, a key of a flag's JSON,
+    an engine variable): that setting goes back to its default (sure when the failing code names it, a
+    guess when it is the command's only zero)."""
     zeros = _zero_settings(ctx)
     text = ctx.root_text
-    named = [f for f in zeros if named_exactly(f, text) or named_in(f, text, every=True)]
+    named = [s for s in zeros if named_exactly(_as_flag(s), text) or named_in(_as_flag(s), text, every=True)]
     if len(named) > 1 or (not named and len(zeros) != 1):
         return None
-    flag = (named or zeros)[0]
+    setting = (named or list(zeros))[0]
     said = (ctx.root.error_line or (m.group(0) if m else "")).strip()
     return fix(
         ctx,
-        [RemoveFlag(flag=flag), *its_settings(flag, ctx)],
-        category_of(flag),
-        f'{flag} 0 is not "off" for SGLang: it failed on the zero ({said})',
-        why=(f"the failing code reads {flag}" if named else f"{flag} is the only setting of the command at 0")
+        list(zeros[setting]),
+        category_of(setting.split(" ")[0]),
+        f'{setting} 0 is not "off" for SGLang: it failed on the zero ({said})',
+        why=(
+            f"the failing code reads {setting}"
+            if named
+            else f"{setting} is the only setting of the command at 0"
+        )
         + "; back at SGLang's default the launch has a value it can use",
         confidence=0.6 if named else 0.45,
     )
 
 
-def _zero_settings(ctx: Context) -> list[str]:
-    """Numeric settings of the command written as 0 (any of their values, for a list)."""
-    found = []
+def _as_flag(setting: str) -> str:
+    """How the failing code would name a setting: `--x-y`, the key of `--flag key`, `SGLANG_X_Y` as `--x-y`."""
+    last = setting.split(" ")[-1]
+    if last.startswith("--"):
+        return last
+    return "--" + re.sub(r"^(?:SGLANG|SGL)_", "", last).lower().replace("_", "-")
+
+
+def _zero_settings(ctx: Context) -> dict[str, tuple[Edit, ...]]:
+    """Numeric settings of the command written as 0 (any of their values, for a list), with the edits
+    that take each back: flags, keys of a flag's JSON object, engine variables."""
+    found: dict[str, tuple[Edit, ...]] = {}
     for option in ctx.spec.options():
         info = ctx.catalog.get(option.name)
         if info is None or info.choices or info.nargs == 0:
             continue
         if (info.value_type in _NUMERIC or info.value_type is None) and 0 in map(as_float, option.values):
-            found.append(info.name)
-    return list(dict.fromkeys(found))
+            found.setdefault(info.name, (RemoveFlag(flag=info.name), *its_settings(info.name, ctx)))
+        elif isinstance(obj := json_container(" ".join(option.values)), dict):
+            for key, value in obj.items():
+                if type(value) in (int, float) and value == 0:
+                    rest = {k: v for k, v in obj.items() if k != key}
+                    edit = (
+                        SetFlag(flag=info.name, values=(json.dumps(rest),))
+                        if rest
+                        else RemoveFlag(flag=info.name)
+                    )
+                    found.setdefault(f"{info.name} {key}", (edit,))
+    for name, value in ctx.spec.env_dict().items():
+        if re.match(r"(?:SGLANG|SGL)_", name) and as_float(value) == 0 and value.strip() not in ("", "false"):
+            found.setdefault(name, (UnsetEnv(name=name),))
+    return found

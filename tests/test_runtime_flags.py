@@ -109,3 +109,17 @@ def test_a_setting_whose_own_module_imports_the_missing_package_goes() -> None:
     ]
     # A setting whose field is not the importing module is not taken for it.
     assert decided(f"{SERVE} --served-model-name support-bot", lines)["action"] == "stop"
+
+
+def test_a_value_whose_words_name_the_missing_package_goes() -> None:
+    # `--load-format runai_streamer` and the package `runai_model_streamer`.
+    from tests.recorded import blind
+
+    assert blind("corpus-real-engine-48", "load-format-runai-streamer-package-missing")["edits"] == [
+        {"op": "remove", "flag": "--load-format"}
+    ]
+    from specdoctor.playbooks.packages import _words_of_value_in
+
+    assert _words_of_value_in("runai_streamer", "runai_model_streamer")
+    assert not _words_of_value_in("auto", "runai_model_streamer")  # one word is no name
+    assert not _words_of_value_in("fast_streamer", "runai_model_streamer")

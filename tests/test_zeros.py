@@ -52,3 +52,24 @@ def test_two_unnamed_zeros_or_a_zero_that_is_no_number_are_not_guessed() -> None
         "IndexError: list index out of range",
     ]
     assert decided(f"{PY} --decode-log-interval 0", other)["playbook"] != ZERO
+
+
+def test_a_zero_inside_a_flags_json_or_an_engine_variable_goes_back_to_the_default() -> None:
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert blind("corpus-real-engine-48", "model-loader-extra-config-num-threads-zero")["edits"] == [
+        {"op": "remove", "flag": "--model-loader-extra-config"}
+    ]
+    assert blind("corpus-real-engine-47", "env-logprob-chunk-size-zero-crashes-on-prompt-logprobs")[
+        "edits"
+    ] == [{"op": "unset_env", "name": "SGLANG_LOGPROB_CHUNK_SIZE"}]
+    # Recorded on the real `sglang serve`: the key at 0 goes, the user's other key stays.
+    lines = recorded_lines("serve-model-loader-extra-config-num-threads-zero.rc137.txt")
+    command = (
+        f"""{SERVE} --model-loader-extra-config '{{"enable_multithread_load": true, "num_threads": 0}}'"""
+    )
+    assert decided(command, lines)["edits"] == [
+        {"op": "set", "flag": "--model-loader-extra-config", "values": ['{"enable_multithread_load": true}']}
+    ]
+    # `false` or an empty value is not a zero the user chose for a count.
+    assert decided(f"SGLANG_ENABLE_X=false {SERVE}", lines)["action"] == "stop"
