@@ -14,7 +14,7 @@ from specdoctor.playbooks.device_checks import (
     host_with_port,
 )
 from specdoctor.playbooks.naming import category_of, named_in
-from specdoctor.playbooks.suspects import MIN_WEIGHT, failing_path, is_tuning, ranked_suspects
+from specdoctor.playbooks.suspects import MIN_WEIGHT, failing_path, is_tuning, prime_suspect, ranked_suspects
 from specdoctor.tools.command import SetFlag
 
 _ENGINE_NAMES_IT = re.compile(r"backend(?: for \w+)? is only supported on", re.I)
@@ -54,14 +54,17 @@ def backend_the_device_lacks(ctx: Context, m: re.Match[str] | None) -> Decision 
         and not any("attention_backend" in f for f in check.site.fields)
     ):
         return None  # SGLang stopped at a check of other settings first: that is the failure to fix now
-    return fix(
-        ctx,
-        [e for f in found for e in f.edits],
-        "attention-backend",
-        found[0].message,
-        why=found[0].why,
-        confidence=0.8,
-    )
+    edits = [e for f in found for e in f.edits]
+    why = found[0].why
+    # The failure runs through another chosen setting's own code (`batch_invariant_ops` for
+    # --enable-deterministic-inference): the backend alone is half of what does not run on this device.
+    other = prime_suspect(ctx)
+    if other is not None and not any(getattr(e, "flag", None) == other.setting for e in edits):
+        edits += other.edits
+        why += (
+            f"; and the failing code is {other.setting}'s ({', '.join(other.words)}), which needs a GPU too"
+        )
+    return fix(ctx, edits, "attention-backend", found[0].message, why=why, confidence=0.8)
 
 
 @playbook(

@@ -207,3 +207,23 @@ def test_a_device_is_judged_absent_only_by_its_own_code_and_the_host() -> None:
     npu = recorded_lines("serve-device-npu-on-cpu-host.rc1.txt")
     spec = LaunchCommand.parse(SERVE.replace("--device cpu", "--device npu"))
     assert on("none", npu)[0] != "sglang.hardware.device-absent"
+
+
+def test_a_backend_off_the_device_goes_with_the_setting_whose_code_failed() -> None:
+    # --attention-backend triton does not run on a CPU, and the failure is in batch_invariant_ops, the code of
+    # --enable-deterministic-inference, which needs CUDA/XPU too: both go in one change.
+    from tests.recorded import SERVE
+
+    contract = blind("corpus-real-engine-47", "deterministic-inference-triton-backend-on-cpu-batch-invariant")
+    both = [
+        {"op": "remove", "flag": "--attention-backend"},
+        {"op": "remove", "flag": "--enable-deterministic-inference"},
+    ]
+    assert contract["edits"] == both
+    lines = recorded_lines("serve-deterministic-inference-triton-on-cpu.rc137.txt")
+    assert (
+        decided(f"{SERVE} --enable-deterministic-inference --attention-backend triton", lines)["edits"]
+        == both
+    )
+    # Without another chosen setting on the failing path, the backend goes alone.
+    assert decided(f"{SERVE} --attention-backend triton", lines)["edits"] == both[:1]
