@@ -64,8 +64,9 @@ def satisfies(
     if spec is None:
         return False
     if "env" in constraint:
-        # The format has no `absent` for a variable: a case that wants it "" means unset or empty alike.
-        return spec.env_dict().get(constraint["env"], "") == str(constraint.get("equals"))
+        # Unset and empty are alike for a variable: `absent` and `equals: ""` both ask for either.
+        given = spec.env_dict().get(constraint["env"], "")
+        return given == "" if constraint.get("absent") else given == str(constraint.get("equals"))
     present, value = flag_value(spec, constraint["flag"], catalog)
     if constraint.get("absent"):
         return not present

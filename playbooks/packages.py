@@ -38,6 +38,8 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         # The engine's message names the flag that needs it ("--enable-http2 requires the 'granian' package").
         or re.search(rf"(?<![\w-]){re.escape(o.name)}(?![\w-])", said)
         or _switch_named_by(o.name, o.values, f"{stack} {name.lower()}")
+        # A switch named for the package itself (`--enable-lmcache` and `lmcache`).
+        or (not o.values and o.name.lower() == f"--enable-{name.split('.')[0].lower()}")
     ] or _feature_whose_default_needs(ctx, name)
     if len(chosen) == 1:
         flag = chosen[0]

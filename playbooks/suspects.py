@@ -113,11 +113,10 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         # mention of the model: no evidence about the setting.
         family = squeeze(value) in squeeze(ctx.view.get("--model-path") or "")
         values = [value] if value and not _numeric(value) and not family else []
-        found = (
-            _strongest(flag, values, names, error, stack, edits)
-            or _read_by_the_failing_line(flag, ctx, edits)
-            or _other_name_suspect(flag, error, edits)
-        )
+        found = _heaviest(
+            _strongest(flag, values, names, error, stack, edits),
+            _read_by_the_failing_line(flag, ctx, edits),
+        ) or _other_name_suspect(flag, error, edits)
         if found is None or found.weight < MIN_WEIGHT:
             found = (
                 _in_prose(flag, values, names, prose, edits)
@@ -128,25 +127,34 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         yield found
 
 
+def _heaviest(*found: Suspect | None) -> Suspect | None:
+    """The strongest of several namings of one setting (the first between equals)."""
+    named = [f for f in found if f is not None]
+    return max(named, key=lambda f: f.weight) if named else None
+
+
 def _read_by_the_failing_line(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
-    """The line the error was raised on, as the traceback quotes it, reads the setting's field from the
-    server arguments (`return server_args.numa_node[gpu_id]` → IndexError): the engine failed on its value."""
-    line = _failing_line(ctx)
+    """The line the error was raised on, or the call that led into it, as the traceback quotes them, reads
+    the setting's field from the server arguments (`return server_args.numa_node[gpu_id]` → IndexError;
+    `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found"): the engine
+    failed on its value."""
     field = flag.lstrip("-").replace("-", "_")
-    if line and re.search(rf"\b(?:server_args|args|cfg|self\.server_args)\.{field}\b", line):
-        return _suspect(flag, "read by the failing line", (line.strip(),), edits)
+    for line in _failing_lines(ctx)[-2:]:
+        if re.search(rf"\b(?:server_args|args|cfg|self\.server_args)\.{field}\b", line):
+            return _suspect(flag, "read by the failing line", (line.strip(),), edits)
     return None
 
 
-def _failing_line(ctx: Context) -> str | None:
-    """The source line of the traceback's last frame (its quoted code), if the log shows it."""
-    code = None
+def _failing_lines(ctx: Context) -> list[str]:
+    """The source lines of the traceback's frames (their quoted code), in order, where the log shows them."""
+    code: list[str] = []
     after_frame = False
     for text in ctx.root.block:
         if text.lstrip().startswith('File "'):
-            after_frame, code = True, None
+            after_frame = True
         elif after_frame and text.strip() and not re.fullmatch(r"\s*[~^]+\s*", text):
-            code, after_frame = text, False
+            code.append(text)
+            after_frame = False
     return code
 
 

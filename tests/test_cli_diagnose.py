@@ -145,3 +145,17 @@ def test_eval_scores_a_case_whose_command_is_not_a_server_launch_as_not_solved(t
     refused = next(c for c in report["cases"] if c["id"] == "b")
     assert refused["action"] == "refused" and not refused["solved"]
     assert "unknown engine" in refused["summary"]
+
+
+def test_a_variable_wanted_absent_is_unset_or_empty() -> None:
+    from specdoctor.agent.evaluate import satisfies
+    from specdoctor.tools.catalog_load import bundled
+    from specdoctor.tools.command import LaunchCommand
+
+    catalog = bundled("0.5.23")
+    wanted = {"env": "SGLANG_RUST_BUILD_MODE", "absent": True}
+    base = "python -m sglang.launch_server --model-path /m"
+    assert satisfies(wanted, LaunchCommand.parse(base), None, catalog)
+    assert satisfies(wanted, LaunchCommand.parse(f"SGLANG_RUST_BUILD_MODE= {base}"), None, catalog)
+    assert not satisfies(wanted, LaunchCommand.parse(f"SGLANG_RUST_BUILD_MODE=release {base}"), None, catalog)
+    assert satisfies({"env": "X", "equals": "auto"}, LaunchCommand.parse(f"X=auto {base}"), None, catalog)

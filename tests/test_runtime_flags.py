@@ -123,3 +123,14 @@ def test_a_value_whose_words_name_the_missing_package_goes() -> None:
     assert _words_of_value_in("runai_streamer", "runai_model_streamer")
     assert not _words_of_value_in("auto", "runai_model_streamer")  # one word is no name
     assert not _words_of_value_in("fast_streamer", "runai_model_streamer")
+
+
+def test_a_switch_named_for_the_missing_package_goes() -> None:
+    from tests.recorded import blind, decided
+
+    assert blind("corpus-real-engine-51", "enable-lmcache-package-not-installed")["edits"] == [
+        {"op": "remove", "flag": "--enable-lmcache"}
+    ]
+    line = ["ModuleNotFoundError: No module named 'lmcache'"]
+    base = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu"
+    assert decided(f"{base} --enable-metrics", line)["action"] == "stop"  # another switch: install it
