@@ -261,3 +261,24 @@ def test_the_setting_the_failing_line_reads_is_the_lead() -> None:
         "IndexError: x",
     ]
     assert "--numa-node" not in _suspects_for(f"{SERVE} --numa-node 1", log)
+
+
+def test_the_call_that_hands_the_setting_to_the_failing_function_names_it() -> None:
+    # `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found": the device
+    # the command named goes; the `name in stack` reading of its words alone was too weak to act on.
+    from tests.recorded import blind
+
+    assert _edits(blind("corpus-real-engine-42", "pd-prefill-ib-device-without-infiniband")) == [
+        {"op": "remove", "flag": "--disaggregation-ib-device"}
+    ]
+    log = [
+        '  File "/x/sglang/srt/arg_groups/pd_disaggregation_hook.py", line 331, in handle',
+        "    check(server_args)",
+        '  File "/x/sglang/srt/arg_groups/validation_hook.py", line 538, in check',
+        "    raise RuntimeError(",
+        "RuntimeError: sysfs path not found",
+    ]
+    found = _suspects_for("sglang serve --model-path M --disaggregation-ib-device mlx5_0", log)
+    assert (
+        found.get("--disaggregation-ib-device") != "read by the failing line"
+    )  # the whole args, not the field
