@@ -18,6 +18,7 @@ _FAMILIES = (
     "mlp_sync",
     "network",
     "addresses",
+    "tls",
     "serving",
     "watchdog",
     "zeros",

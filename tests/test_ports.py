@@ -80,3 +80,32 @@ def test_a_free_port_edit_is_resolved_on_this_host_before_launch() -> None:
         resolved = resolve_ports(nominal, fix)
         port = int(resolved.value("--port"))
         assert port > busy and port_is_free(port, "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ssl-key-cert-mismatch",
+        "ssl-encrypted-key-without-password",
+        "ssl-encrypted-key-wrong-password",
+        "ssl-certificate-passed-as-keyfile",
+    ],
+)
+def test_a_tls_pair_that_does_not_load_is_served_without_tls_for_a_person_to_confirm(name: str) -> None:
+    from tests.recorded import blind
+
+    contract = blind("corpus-real-engine-50", name)
+    assert contract["playbook"] == "sglang.network.tls-pair-does-not-load" and contract["confidence"] < 0.5
+
+
+def test_which_file_to_mend_is_said_from_uvicorns_error() -> None:
+    from specdoctor.agent.diagnose import decide
+    from tests.recorded import SERVE, context, recorded_lines
+
+    lines = recorded_lines("serve-ssl-key-of-another-certificate.rc1.txt")
+    command = f"{SERVE} --ssl-certfile /certs/a.crt --ssl-keyfile /certs/b.key"
+    decision = decide(context(command, lines))
+    assert [e.describe() for e in decision.edits] == ["remove --ssl-certfile", "remove --ssl-keyfile"]
+    assert "not the certificate's" in decision.why
+    # Without TLS flags in the command, a TLS error is someone else's (a client's, a proxy's).
+    assert decide(context(SERVE, lines)).playbook != "sglang.network.tls-pair-does-not-load"

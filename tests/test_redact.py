@@ -227,7 +227,8 @@ def test_the_real_corpus_commands_and_logs_stay_as_they_are() -> None:
     """Every command and every log line of the recorded real crashes: nothing there is a secret, so the
     diagnosis a person reads (and the LLM gets) loses nothing to the redactor. A case and a recording were
     made with made-up API keys (`--api-key sk-local-123`, `sk-recorded-test`, `sk-user-123`,
-    `--admin-api-key sk-admin-123`, `sk-team-a,sk-team-b`): exactly those values go.
+    `--admin-api-key sk-admin-123`, `sk-team-a,sk-team-b`, and TLS key passwords `test-pass-123`,
+    `changeme`): exactly those values go.
     Redaction runs, as in every run of the tool, with a catalog loaded (its --help says which flags hold
     secrets: `--ssl-keyfile` holds a path)."""
     from specdoctor.tools.catalog_load import bundled
@@ -240,7 +241,16 @@ def test_the_real_corpus_commands_and_logs_stay_as_they_are() -> None:
             texts += [case.get("command") or "", *str(case.get("log") or "").splitlines()]
         elif path.is_file() and path.suffix in (".txt", ".log"):
             texts += path.read_text(errors="replace").splitlines()
-    keys = ("sk-local-123", "sk-recorded-test", "sk-user-123", "sk-admin-123", "sk-team-a")
+    keys = (
+        "sk-local-123",
+        "sk-recorded-test",
+        "sk-user-123",
+        "sk-admin-123",
+        "sk-team-a",
+        "sk-test-local-0001",
+        "test-pass-123",
+        "changeme",
+    )
     keyed = [line for line in texts if any(k in line for k in keys)]
     changed = [line for line in texts if redact_text(line) != line and line not in keyed]
     assert len(texts) > 30_000 and changed == []
@@ -281,6 +291,7 @@ def test_what_looks_like_a_key_but_is_a_logs_structure_stays() -> None:
         '{"type": "token", "token": "<|close|>"}',
         '"data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"',
         "Grammar preprocessing timed out: req.grammar_key=('json', '{}')",
+        "    return self.send(request, auth=auth, follow_redirects=follow_redirects)",
     ]
     assert [redact_text(line) for line in kept] == kept
     # A real key stays masked next to them.

@@ -255,6 +255,8 @@ def _assignments(text: str) -> str:
             continue  # a call in code (`..._token = Histogram(`), under a name that is not a password's
         if quoted is None and raw in ("(", "[", "{") and not _STRONG & set(_words(m.group(2))):
             continue  # a tuple or list printed (`grammar_key=('json', ...)`): structure, not a token
+        if quoted is None and raw == m.group(2):
+            continue  # code passing a variable on under its own name (`auth=auth`)
         if not _hidden(m.group(2), raw, strict=True) or raw.lower() in _SCHEMES:
             continue
         quote = "'" if value.group(1) is not None else '"' if value.group(2) is not None else ""
