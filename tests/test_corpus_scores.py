@@ -81,6 +81,18 @@ FLOORS = {
     "corpus-real-engine-38": (8, 1),
     "corpus-real-engine-39": (11, 0),
     "corpus-real-engine-40": (12, 0),
+    "corpus-real-engine-41": (6, 1),
+    "corpus-real-engine-42": (12, 0),
+    "corpus-real-engine-43": (9, 0),
+    "corpus-real-engine-44": (8, 0),
+    "corpus-real-engine-45": (13, 1),
+    "corpus-real-engine-46": (5, 0),
+    "corpus-real-engine-47": (9, 0),
+    "corpus-real-engine-48": (12, 1),
+    "corpus-real-engine-49": (5, 1),
+    "corpus-real-engine-50": (9, 0),
+    "corpus-real-engine-51": (11, 1),
+    "corpus-real-engine-52": (3, 0),
 }
 
 
