@@ -88,3 +88,26 @@ def _zero_settings(ctx: Context) -> dict[str, tuple[Edit, ...]]:
         if re.match(r"(?:SGLANG|SGL)_", name) and as_float(value) == 0 and value.strip() not in ("", "false"):
             found.setdefault(name, (UnsetEnv(name=name),))
     return found
+
+
+@playbook(id="sglang.value.zero-stalls", category="other", when=("hung",), priority=61)
+def zero_stalls_the_server(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The server hangs with nothing failing, and the command set exactly one count or limit to 0: a
+    scheduler that may take 0 requests (`--prefill-max-requests 0`) never runs SGLang's own warm-up request.
+    A guess (the hang names nothing), taken back to SGLang's default."""
+    if ctx.outcome.fatal_line or ctx.root.kind not in ("none", "message"):
+        return None
+    zeros = {s: e for s, e in _zero_settings(ctx).items() if s.startswith("--") and " " not in s}
+    if len(zeros) != 1:
+        return None
+    flag, edits = next(iter(zeros.items()))
+    return fix(
+        ctx,
+        list(edits),
+        category_of(flag),
+        f"the server hangs, and {flag} is 0: a limit of 0 lets nothing through",
+        why=f"{flag} is the only setting of the command at 0 and nothing failed; at 0 a count or limit admits "
+        "no work (SGLang's warm-up request never runs), and back at SGLang's default the launch has a value it "
+        "can use",
+        confidence=0.45,
+    )

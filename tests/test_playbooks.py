@@ -841,6 +841,12 @@ CASES = (
         ),
         ("corpus-real-engine-43", "device-hpu-on-cpu-host", "sglang.hardware.device-absent"),
         (
+            "corpus-real-engine-52",
+            "prefill-max-requests-zero-warmup-never-scheduled",
+            "sglang.value.zero-stalls",
+        ),
+        ("corpus-real-engine-50", "ssl-key-cert-mismatch", "sglang.network.tls-pair-does-not-load"),
+        (
             "corpus-real-engine-46",
             "tool-call-parser-glm47-on-llama-required-ignored",
             "sglang.request.tool-parser-of-another-family",

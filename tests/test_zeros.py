@@ -73,3 +73,24 @@ def test_a_zero_inside_a_flags_json_or_an_engine_variable_goes_back_to_the_defau
     ]
     # `false` or an empty value is not a zero the user chose for a count.
     assert decided(f"SGLANG_ENABLE_X=false {SERVE}", lines)["action"] == "stop"
+
+
+def test_a_hang_with_one_limit_at_zero_takes_that_limit_back() -> None:
+    from tests.recorded import DATA, SERVE, decided
+
+    assert blind("corpus-real-engine-52", "prefill-max-requests-zero-warmup-never-scheduled")["edits"] == [
+        {"op": "remove", "flag": "--prefill-max-requests"}
+    ]
+    # Recorded on the real `sglang serve`: --max-prefill-tokens 0, the warm-up request never scheduled.
+    lines = (DATA / "sglang-outputs" / "serve-max-prefill-tokens-zero.hang.txt").read_text().splitlines()
+    found = decided(f"{SERVE} --max-prefill-tokens 0", lines, "hang")
+    assert (found["playbook"], found["edits"], found["confidence"]) == (
+        "sglang.value.zero-stalls",
+        [{"op": "remove", "flag": "--max-prefill-tokens"}],
+        0.45,
+    )
+    # Two zeros, or none: the hang names nothing to choose by.
+    assert decided(f"{SERVE} --max-prefill-tokens 0 --prefill-max-requests 0", lines, "hang")["playbook"] != (
+        "sglang.value.zero-stalls"
+    )
+    assert decided(SERVE, lines, "hang")["playbook"] != "sglang.value.zero-stalls"
