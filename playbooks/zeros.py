@@ -90,7 +90,7 @@ def _zero_settings(ctx: Context) -> dict[str, tuple[Edit, ...]]:
     return found
 
 
-@playbook(id="sglang.value.zero-stalls", category="other", when=("hung",), priority=61)
+@playbook(id="sglang.value.zero-stalls", category="other", when=("hung",), priority=86)
 def zero_stalls_the_server(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The server hangs with nothing failing, and the command set exactly one count or limit to 0: a
     scheduler that may take 0 requests (`--prefill-max-requests 0`) never runs SGLang's own warm-up request.
