@@ -45,3 +45,29 @@ def tls_pair_does_not_load(ctx: Context, m: re.Match[str] | None) -> Decision | 
         evidence=(said.strip(),),
         confidence=0.45,
     )
+
+
+_OWN_CHECK_REFUSED = r"CERTIFICATE_VERIFY_FAILED[^\n]{0,120}(?:mismatch|not valid for)"
+
+
+@playbook(
+    id="sglang.network.tls-own-warmup-unverified", category="other", pattern=_OWN_CHECK_REFUSED, priority=33
+)
+def tls_own_warmup_unverified(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang's own warm-up request (to its host and port) verifies the server certificate against
+    --ssl-ca-certs, and the certificate does not name the address SGLang calls: the server kills itself
+    though clients that use its name would be fine."""
+    if not ctx.view.has("--ssl-ca-certs") or "_execute_server_warmup" not in ctx.log_text:
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--ssl-ca-certs")],
+        "other",
+        "SGLang's own warm-up request refuses the server's certificate: it does not name the address SGLang "
+        "calls itself on",
+        why="with --ssl-ca-certs SGLang verifies its own certificate when it warms up over HTTPS; without it the "
+        "warm-up does not verify, and clients still do (or issue the certificate with the server's IP or "
+        "hostname in its subjectAltName)",
+        evidence=(line_of(m),) if m else (),
+        confidence=0.45,
+    )

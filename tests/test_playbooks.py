@@ -847,6 +847,11 @@ CASES = (
         ),
         ("corpus-real-engine-50", "ssl-key-cert-mismatch", "sglang.network.tls-pair-does-not-load"),
         (
+            "corpus-real-engine-50",
+            "ssl-ca-certs-cert-without-ip-san-warmup-fails",
+            "sglang.network.tls-own-warmup-unverified",
+        ),
+        (
             "corpus-real-engine-46",
             "tool-call-parser-glm47-on-llama-required-ignored",
             "sglang.request.tool-parser-of-another-family",

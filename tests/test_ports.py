@@ -109,3 +109,19 @@ def test_which_file_to_mend_is_said_from_uvicorns_error() -> None:
     assert "not the certificate's" in decision.why
     # Without TLS flags in the command, a TLS error is someone else's (a client's, a proxy's).
     assert decide(context(SERVE, lines)).playbook != "sglang.network.tls-pair-does-not-load"
+
+
+def test_sglangs_own_warmup_refusing_its_certificate_drops_the_ca_it_verifies_with() -> None:
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert blind("corpus-real-engine-50", "ssl-ca-certs-cert-without-ip-san-warmup-fails")["edits"] == [
+        {"op": "remove", "flag": "--ssl-ca-certs"}
+    ]
+    lines = recorded_lines("serve-ssl-ca-certs-cert-without-ip-san.rc137.txt")
+    tls = f"{SERVE} --ssl-certfile /certs/a.crt --ssl-keyfile /certs/a.key"
+    found = decided(f"{tls} --ssl-ca-certs /certs/a.crt", lines)
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.network.tls-own-warmup-unverified",
+        [{"op": "remove", "flag": "--ssl-ca-certs"}],
+    )
+    assert decided(tls, lines)["playbook"] != found["playbook"]  # no CA of the command's to take back
