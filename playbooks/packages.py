@@ -41,6 +41,19 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         # A switch named for the package itself (`--enable-lmcache` and `lmcache`).
         or (not o.values and o.name.lower() == f"--enable-{name.split('.')[0].lower()}")
     ] or _feature_whose_default_needs(ctx, name)
+    if len(chosen) > 1 and len({c[2:].split("-")[0] for c in chosen}) == 1:
+        # One feature's settings, each naming the path (`--disaggregation-mode prefill` and its
+        # `--disaggregation-transfer-backend nixl`): the feature goes whole, for a person to confirm.
+        decision = fix(
+            ctx,
+            [RemoveFlag(flag=c) for c in chosen],
+            "other",
+            f"{', '.join(chosen)} need the Python package `{name}`, which is not installed",
+            why=f"each names the failing path; without them SGLang does not import `{name}` (or install `{name}`)",
+            confidence=0.45,
+        )
+        if decision is not None:
+            return decision
     if len(chosen) == 1:
         flag = chosen[0]
         value = ctx.view.get(flag)

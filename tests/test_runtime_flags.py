@@ -134,3 +134,24 @@ def test_a_switch_named_for_the_missing_package_goes() -> None:
     line = ["ModuleNotFoundError: No module named 'lmcache'"]
     base = "python -m sglang.launch_server --model-path /models/tiny-llama --device cpu"
     assert decided(f"{base} --enable-metrics", line)["action"] == "stop"  # another switch: install it
+
+
+def test_one_features_settings_that_name_the_missing_package_go_together() -> None:
+    from tests.recorded import blind, decided
+
+    contract = blind("corpus-real-engine-42", "pd-prefill-nixl-backend-not-installed")
+    assert contract["edits"] == [
+        {"op": "remove", "flag": "--disaggregation-mode"},
+        {"op": "remove", "flag": "--disaggregation-transfer-backend"},
+    ]
+    assert contract["confidence"] < 0.5  # prefill/decode disaggregation is what is served: a person's call
+    # Settings of two features naming the path: nothing is guessed between them.
+    lines = [
+        '  File "/x/sglang/srt/disaggregation/prefill.py", line 1, in f',
+        "ImportError: Please install NIXL",
+    ]
+    base = "python -m sglang.launch_server --model-path /models/tiny-llama"
+    assert (
+        decided(f"{base} --served-model-name prefill --disaggregation-transfer-backend nixl", lines)["action"]
+        == "stop"
+    )
