@@ -36,17 +36,25 @@ def human_spelling(text: str) -> str | None:
     return fixed if fixed != text.strip() and as_int(fixed) is not None else None
 
 
-_SECONDS = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:s|sec|secs|seconds)\s*", re.IGNORECASE)
+_SECONDS = re.compile(
+    r"\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds|ms|msec|milliseconds|min|m|minutes)\s*", re.IGNORECASE
+)
+# How many seconds each unit a person writes after a duration is.
+_UNIT_SECONDS = {"ms": 0.001, "msec": 0.001, "milliseconds": 0.001, "min": 60, "m": 60, "minutes": 60}
 
 
 def plain_number(text: str, kind: str, in_seconds: bool = False) -> str | None:
     """The digits argparse's int (or float) reads for a number written another way: a count with a suffix
-    (`8k` as SGLang's own count flags read it), scientific notation (`1e7`), `4.0` for an int, `30s` for a
-    flag that takes seconds. None when the text is no such number."""
+    (`8k` as SGLang's own count flags read it), scientific notation (`1e7`), `4.0` for an int, `30s`, `2ms`
+    or `5min` for a flag that takes seconds. None when the text is no such number."""
     seconds = _SECONDS.fullmatch(text) if in_seconds else None
+    in_s = float(seconds.group(1)) * _UNIT_SECONDS.get(seconds.group(2).lower(), 1) if seconds else None
     if kind == "float":
-        return f"{float(seconds.group(1)):g}" if seconds else None
-    number = as_int(seconds.group(1) if seconds else human_spelling(text) or text)
+        return f"{in_s:g}" if in_s is not None else None
+    whole = f"{in_s:g}" if in_s is not None and in_s == int(in_s) else None
+    if seconds and whole is None:
+        return None  # a fraction of a second for a flag that counts whole seconds: no int says it
+    number = as_int(whole or human_spelling(text) or text)
     if number is None and re.fullmatch(r"\s*\d+(?:\.\d+)?[eE]\+?\d+\s*", text):
         scientific = float(text)
         number = int(scientific) if scientific == int(scientific) else None

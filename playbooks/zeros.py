@@ -92,12 +92,13 @@ def _zero_settings(ctx: Context) -> dict[str, tuple[Edit, ...]]:
 
 @playbook(id="sglang.value.zero-stalls", category="other", when=("hung",), priority=86)
 def zero_stalls_the_server(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """The server hangs with nothing failing, and the command set exactly one count or limit to 0: a
-    scheduler that may take 0 requests (`--prefill-max-requests 0`) never runs SGLang's own warm-up request.
+    """The server hangs with nothing failing, and the command set exactly one count, limit or timeout to 0
+    (a flag or an engine variable): a scheduler that may take 0 requests (`--prefill-max-requests 0`) never
+    runs SGLang's own warm-up request, a health check with 0 s to answer kills every worker.
     A guess (the hang names nothing), taken back to SGLang's default."""
     if ctx.outcome.fatal_line or ctx.root.kind not in ("none", "message"):
         return None
-    zeros = {s: e for s, e in _zero_settings(ctx).items() if s.startswith("--") and " " not in s}
+    zeros = {s: e for s, e in _zero_settings(ctx).items() if " " not in s}
     if len(zeros) != 1:
         return None
     flag, edits = next(iter(zeros.items()))

@@ -227,3 +227,19 @@ def test_a_backend_off_the_device_goes_with_the_setting_whose_code_failed() -> N
     )
     # Without another chosen setting on the failing path, the backend goes alone.
     assert decided(f"{SERVE} --attention-backend triton", lines)["edits"] == both[:1]
+
+
+def test_a_duration_with_a_unit_for_a_flag_in_seconds_is_written_in_seconds() -> None:
+    from tests.recorded import SERVE
+
+    assert blind("corpus-real-engine-54", "dynamic-batch-tokenizer-timeout-with-ms-suffix")["edits"] == [
+        {"op": "set", "flag": "--dynamic-batch-tokenizer-batch-timeout", "values": ["0.002"]}
+    ]
+    lines = recorded_lines("serve-watchdog-timeout-with-min-suffix.rc2.txt")
+    assert decided(f"{SERVE} --watchdog-timeout 5min", lines, "parse-error")["edits"] == [
+        {"op": "set", "flag": "--watchdog-timeout", "values": ["300"]}
+    ]
+    from specdoctor.playbooks.view import plain_number
+
+    assert plain_number("500ms", "int", in_seconds=True) is None  # no whole number of seconds says it
+    assert plain_number("2m", "int", in_seconds=False) != "120"  # a count's `m` is not minutes

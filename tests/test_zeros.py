@@ -96,3 +96,9 @@ def test_a_hang_with_one_limit_at_zero_takes_that_limit_back() -> None:
         "sglang.value.zero-stalls"
     )
     assert decided(SERVE, lines, "hang")["playbook"] != "sglang.value.zero-stalls"
+
+
+def test_a_hang_with_one_engine_variable_at_zero_takes_it_back() -> None:
+    assert blind("corpus-real-engine-54", "env-uvicorn-worker-healthcheck-timeout-zero-workers-killed")[
+        "edits"
+    ] == [{"op": "unset_env", "name": "SGLANG_UVICORN_WORKER_HEALTHCHECK_TIMEOUT"}]
