@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdoctor.playbooks.json_values import json_container, loose_literal
+from specdoctor.playbooks.json_values import json_container, loose_literal, numbers_unquoted
 from specdoctor.playbooks.spec_checks import builtin_algorithms
 from specdoctor.playbooks.view import CommandView, as_int
 from specdoctor.tools.catalog import FlagCatalog
@@ -396,10 +396,12 @@ def _respelled(value: str, written: set[str]) -> bool:
 
 
 def _requoted(value: str, written: set[str]) -> bool:
-    """JSON's spelling of a Python literal the user wrote (`{'a': True}` → `{"a": true}`): the same
-    parsed value, so nothing in it came from anywhere but the user."""
+    """JSON's spelling of a Python literal the user wrote (`{'a': True}` → `{"a": true}`, `"2048"` →
+    2048): the same values, so nothing in it came from anywhere but the user."""
     parsed = json_container(value)
-    return parsed is not None and any(loose_literal(w) == parsed for w in written)
+    return parsed is not None and any(
+        (theirs := loose_literal(w)) == parsed or numbers_unquoted(theirs) == parsed for w in written
+    )
 
 
 def _renamed(value: str, written: set[str]) -> bool:

@@ -91,3 +91,19 @@ def as_json(value: str) -> str | None:
         return json.dumps(parsed)
     except (TypeError, ValueError):
         return None
+
+
+def numbers_unquoted(value: object) -> object:
+    """The same JSON with every string that is a plain number written as that number (`"2048"` → 2048,
+    `"4.0"` → 4.0), at any depth."""
+    if isinstance(value, dict):
+        return {k: numbers_unquoted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers_unquoted(v) for v in value]
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(
+        r"-?\d+\.\d*(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+", value.strip()
+    ):
+        return float(value)
+    return value

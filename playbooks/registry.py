@@ -7,6 +7,7 @@ from specdoctor.playbooks.base import REGISTRY, Playbook
 _FAMILIES = (
     "flags",
     "json_keys",
+    "json_numbers",
     "not_a_number",
     "env_paths",
     "config_file",

@@ -136,3 +136,29 @@ def test_the_adapter_a_client_loads_is_named_for_the_person_not_put_in_the_comma
     assert decided(f"{SERVE} --enable-lora --max-lora-rank 8 --lora-target-modules all", lines)[
         "playbook"
     ] != ("sglang.request.lora-not-enabled")
+
+
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("json-override-max-position-embeddings-quoted-string", '{"max_position_embeddings": 2048}'),
+        (
+            "rope-yarn-factor-quoted-string-context-length-int-parse",
+            '{"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}',
+        ),
+    ],
+)
+def test_a_number_written_as_a_string_in_a_flags_json_is_written_as_a_number(name: str, fixed: str) -> None:
+    contract = blind("corpus-real-engine-56", name)
+    assert contract["edits"] == [{"op": "set", "flag": "--json-model-override-args", "values": [fixed]}]
+
+
+def test_quoted_numbers_are_unquoted_only_where_a_string_stood_for_a_number() -> None:
+    lines = recorded_lines("serve-json-override-num-kv-heads-quoted.rc1.txt")
+    command = f"""{SERVE} --json-model-override-args '{{"num_key_value_heads": "2"}}'"""
+    assert decided(command, lines)["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"num_key_value_heads": 2}']}
+    ]
+    # The JSON has no quoted number: nothing to respell.
+    plain = f"""{SERVE} --json-model-override-args '{{"num_key_value_heads": 2}}'"""
+    assert decided(plain, lines)["playbook"] != "sglang.flag.json-number-quoted"

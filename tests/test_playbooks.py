@@ -841,6 +841,11 @@ CASES = (
         ),
         ("corpus-real-engine-43", "device-hpu-on-cpu-host", "sglang.hardware.device-absent"),
         (
+            "corpus-real-engine-56",
+            "json-override-max-position-embeddings-quoted-string",
+            "sglang.flag.json-number-quoted",
+        ),
+        (
             "corpus-real-engine-52",
             "prefill-max-requests-zero-warmup-never-scheduled",
             "sglang.value.zero-stalls",
