@@ -239,10 +239,11 @@ def test_dead_engine_stops_the_wait_at_once(closed_port_url: str) -> None:
 def test_deadline_reports_the_last_answer(fake: FakeSglang, base_url: str) -> None:
     fake.health = [503]
 
-    result = wait_ready(base_url, deadline_s=0.3, is_alive=lambda: True, poll_s=0.05)
+    # A deadline with room for several polls on a loaded 2-core machine.
+    result = wait_ready(base_url, deadline_s=1.5, is_alive=lambda: True, poll_s=0.05)
 
     assert (result.state, result.status_code, result.timed_out) == ("starting", 503, True)
-    assert result.message.startswith("not ready after 0.3 s (/health 503")
+    assert result.message.startswith("not ready after 1.5 s (/health 503")
     assert fake.count("/health") >= 2
 
 
