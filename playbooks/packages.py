@@ -25,9 +25,23 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     chose (its value names the importing module, `--grammar-backend llguidance` → `llguidance_backend.py`),
     SGLang's default for that flag needs no such package."""
     name = (m.group(1) or m.group(2)) if m else "?"
+    decision = _take_back_the_settings(ctx, name, _settings_needing(ctx, name)) or _take_back_the_variable(
+        ctx, name
+    )
+    return decision or stop(
+        ctx,
+        "other",
+        f"the Python package `{name}` is missing from SGLang's environment",
+        f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
+    )
+
+
+def _settings_needing(ctx: Context, name: str) -> list[str]:
+    """The command's settings the failure ties to the package: a value naming the importing module or the
+    package, a flag the engine's message spells out, a switch named for it, a feature whose default needs it."""
     stack = " ".join(f.path for f in ctx.root.frames[-3:]).lower()
     said = ctx.root.error_line or ""
-    chosen = [
+    return [
         o.name
         for o in ctx.spec.options()
         if (
@@ -41,10 +55,13 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         # A switch named for the package itself (`--enable-lmcache` and `lmcache`).
         or (not o.values and o.name.lower() == f"--enable-{name.split('.')[0].lower()}")
     ] or _feature_whose_default_needs(ctx, name)
+
+
+def _take_back_the_settings(ctx: Context, name: str, chosen: list[str]) -> Decision | None:
     if len(chosen) > 1 and len({c[2:].split("-")[0] for c in chosen}) == 1:
         # One feature's settings, each naming the path (`--disaggregation-mode prefill` and its
         # `--disaggregation-transfer-backend nixl`): the feature goes whole, for a person to confirm.
-        decision = fix(
+        return fix(
             ctx,
             [RemoveFlag(flag=c) for c in chosen],
             "other",
@@ -52,44 +69,37 @@ def missing_module(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             why=f"each names the failing path; without them SGLang does not import `{name}` (or install `{name}`)",
             confidence=0.45,
         )
-        if decision is not None:
-            return decision
-    if len(chosen) == 1:
-        flag = chosen[0]
-        value = ctx.view.get(flag)
-        decision = fix(
-            ctx,
-            [RemoveFlag(flag=flag)],
-            "other",
-            f"{f'{flag} {value}' if value else flag} needs the Python package `{name}`, which is not installed",
-            why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
-            confidence=0.7,
-        )
-        if decision is not None:
-            return decision
+    if len(chosen) != 1:
+        return None
+    flag = chosen[0]
+    value = ctx.view.get(flag)
+    return fix(
+        ctx,
+        [RemoveFlag(flag=flag)],
+        "other",
+        f"{f'{flag} {value}' if value else flag} needs the Python package `{name}`, which is not installed",
+        why=f"without {flag} SGLang uses its default, which does not import `{name}` (or install `{name}`)",
+        confidence=0.7,
+    )
+
+
+def _take_back_the_variable(ctx: Context, name: str) -> Decision | None:
+    """An engine variable names the package to import (`SGLANG_EXTERNAL_MODEL_PACKAGE=my_models`)."""
     named = [
         k
         for k, v in ctx.spec.env_dict().items()
         if re.match(r"(?:SGLANG|SGL)_", k) and v and v.split(".")[0] == name.split(".")[0]
     ]
-    if len(named) == 1:
-        # An engine variable names the package to import (`SGLANG_EXTERNAL_MODEL_PACKAGE=my_models`).
-        decision = fix(
-            ctx,
-            [SetEnv(name=named[0], value="")],
-            "other",
-            f"{named[0]}={ctx.spec.env_dict()[named[0]]} names the package `{name}`, which Python cannot import",
-            why=f"SGLang imports what {named[0]} names; empty, it imports nothing extra (or make `{name}` "
-            "importable in SGLang's environment)",
-            confidence=0.6,
-        )
-        if decision is not None:
-            return decision
-    return stop(
+    if len(named) != 1:
+        return None
+    return fix(
         ctx,
+        [SetEnv(name=named[0], value="")],
         "other",
-        f"the Python package `{name}` is missing from SGLang's environment",
-        f"Install it in the environment SGLang runs in (`pip install` the package that provides `{name}`); no launch flag changes that.",
+        f"{named[0]}={ctx.spec.env_dict()[named[0]]} names the package `{name}`, which Python cannot import",
+        why=f"SGLang imports what {named[0]} names; empty, it imports nothing extra (or make `{name}` "
+        "importable in SGLang's environment)",
+        confidence=0.6,
     )
 
 

@@ -250,6 +250,9 @@ def test_the_real_corpus_commands_and_logs_stay_as_they_are() -> None:
         "sk-test-local-0001",
         "test-pass-123",
         "changeme",
+        "sk-user-5b21",
+        "sk-admin-9c40",
+        "sk-admin-7f3a",
     )
     keyed = [line for line in texts if any(k in line for k in keys)]
     changed = [line for line in texts if redact_text(line) != line and line not in keyed]
