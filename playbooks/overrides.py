@@ -34,13 +34,11 @@ def override_from_another_model(ctx: Context, m: re.Match[str] | None) -> Decisi
             ),
         )
     else:
-        quoted = [k for k, v in override.items() if isinstance(v, str) and len(v) >= 4 and v in error]
+        quoted = {k: w for k, v in override.items() for w in _strings_in(v) if _quoted_whole(w, error)}
         if len(quoted) != 1:
             return None
-        key, why = (
-            quoted[0],
-            f"the error quotes {override[quoted[0]]!r}, the value the override gives {quoted[0]}",
-        )
+        key, word = next(iter(quoted.items()))
+        why = f"the error quotes {word!r}, a value the override gives in {key}"
     return fix(
         ctx,
         [_without(override, key)],
@@ -49,6 +47,27 @@ def override_from_another_model(ctx: Context, m: re.Match[str] | None) -> Decisi
         why=f"{why}; the checkpoint's own config.json value stands without it",
         evidence=(error,),
         confidence=0.6,
+    )
+
+
+_PLAIN_WORDS = frozenset({"auto", "none", "null", "true", "false", "default"})
+
+
+def _strings_in(value: object) -> list[str]:
+    """The text values of an override's entry, at any depth (`{"rope_type": "ntk"}` gives `ntk`)."""
+    if isinstance(value, dict):
+        return [w for v in value.values() for w in _strings_in(v)]
+    if isinstance(value, list):
+        return [w for v in value for w in _strings_in(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def _quoted_whole(word: str, error: str) -> bool:
+    """The error names the value as a whole word, and the value is no word every message has."""
+    return (
+        len(word) >= 3
+        and word.lower() not in _PLAIN_WORDS
+        and re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", error) is not None
     )
 
 

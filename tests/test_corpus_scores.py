@@ -96,7 +96,7 @@ FLOORS = {
     "corpus-real-engine-53": (9, 0),
     "corpus-real-engine-54": (9, 0),
     "corpus-real-engine-55": (6, 0),
-    "corpus-real-engine-56": (6, 0),
+    "corpus-real-engine-56": (7, 0),
 }
 
 

@@ -83,3 +83,25 @@ def test_the_bare_model_class_is_read_from_sglangs_fallback_line_and_nothing_els
         "OSError: [Errno 98] Address already in use",
     ]
     assert decided(SERVE, classifier)["playbook"] != found["playbook"]
+
+
+def test_a_nested_value_of_the_override_the_error_quotes_takes_its_entry_out() -> None:
+    # `{"rope_scaling": {"rope_type": "ntk"}}` → "Unknown RoPE scaling type ntk": the rope block goes, the
+    # user's other keys stay.
+    from tests.recorded import SERVE, decided, recorded_lines
+
+    assert blind("corpus-real-engine-56", "rope-scaling-type-ntk-unknown")["edits"] == [
+        {"op": "remove", "flag": "--json-model-override-args"}
+    ]
+    lines = recorded_lines("serve-json-override-rope-type-ntk-by-parts.rc137.txt")
+    override = (
+        '{"rope_scaling": {"rope_type": "ntk-by-parts", "factor": 2.0}, "max_position_embeddings": 512}'
+    )
+    assert decided(f"{SERVE} --json-model-override-args '{override}'", lines)["edits"] == [
+        {"op": "set", "flag": "--json-model-override-args", "values": ['{"max_position_embeddings": 512}']}
+    ]
+    # A word every message has is no quote of the override's value.
+    from specdoctor.playbooks.overrides import _quoted_whole
+
+    assert not _quoted_whole("auto", "ValueError: auto is not supported")
+    assert not _quoted_whole("ntk", "ValueError: Unknown RoPE scaling type ntk-by-parts")
