@@ -117,9 +117,7 @@ def resolved_from_the_command(ctx: Context, reading: SiteReading, dests: dict[st
     """The check reads a field the command left alone whose value SGLang's argument code takes from one
     the command chose (`attn_dp_size` ← `--dp-size` under `--enable-dp-attention`): the chosen value is what
     the check objects to, and back at its default the resolved field is too."""
-    index = bundled_index()
-    release = index.release(reading.site.release or ctx.catalog.version)
-    sources = index.resolved_from(release) if release else {}
+    sources, _ = _resolutions(ctx, reading)
     found: dict[str, tuple[str, tuple[Edit, ...]]] = {}
     for read in reading.reads:
         if read.set_by_user:
@@ -150,16 +148,20 @@ def resolved_from_the_command(ctx: Context, reading: SiteReading, dests: dict[st
     )
 
 
+def _resolutions(ctx: Context, reading: SiteReading) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The check's release's fields resolved from others, and its fields whose flag is not `--field-name`."""
+    index = bundled_index()
+    release = index.release(reading.site.release or ctx.catalog.version)
+    return (index.resolved_from(release), index.dests(release)) if release else ({}, {})
+
+
 def still_fails(ctx: Context, reading: SiteReading, edits: list[Edit]) -> bool:
     """The check's own arithmetic says it fails again after `edits` (`tp_size % attn_dp_size == 0` with
     --tp-size back at 1 and attn_dp_size still 4): only an assert whose every field has a number."""
     if reading.site.kind != "assert" or not reading.site.condition:
         return False
     after = CommandView(ctx.spec.apply_all(edits, ctx.view.canon), ctx.catalog)
-    index = bundled_index()
-    release = index.release(reading.site.release or ctx.catalog.version)
-    sources = index.resolved_from(release) if release else {}
-    dests = index.dests(release) if release else {}
+    sources, dests = _resolutions(ctx, reading)
     values: dict[str, int] = {}
     for read in reading.reads:
         flags = [read.flag] if read.flag and after.has(read.flag) else []

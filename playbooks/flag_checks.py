@@ -730,36 +730,32 @@ _NO_VALUE = frozenset({"none", "null", "nil", "unset", "default"})
 
 def _bad_value(opt: Option, flag: FlagInfo, value: str, kind: str | None) -> Finding:
     what = {"human_readable_int": "int", "json": "JSON"}.get(kind or "", kind)
+    edits: tuple[Edit, ...]
     if (
         kind != "json"
         and value.lower() in _NO_VALUE
         and flag.default in (None, "None")
         and len(opt.values) == 1
     ):
-        return Finding(
-            code="bad-value",
-            severity="error",
-            category="flag-name",
-            flag=opt.name,
-            message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`: "
-            "leaving the flag out is how SGLang spells that",
-            evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
-            edits=(RemoveFlag(flag=opt.name),),
-            why=f"{flag.name}'s default is None, which is what `{value}` says; argparse reads only a number",
-            confidence=0.9,
-        )
-    values, note, why = _respelled(opt, flag, value, kind)
+        note = ": leaving the flag out is how SGLang spells that"
+        why = f"{flag.name}'s default is None, which is what `{value}` says; argparse reads only a number"
+        edits, confidence, category = (RemoveFlag(flag=opt.name),), 0.9, "flag-name"
+    else:
+        values, note, why = _respelled(opt, flag, value, kind)
+        edits = (SetFlag(flag=flag.name, values=values),) if values else ()
+        confidence = (0.6 if kind == "int" and re.search(r"[a-zA-Z]", value) else 0.9) if values else 0.0
+        # argparse rejects a value of its own type; JSON in a text flag fails later, in the engine.
+        category = "flag-name" if kind == flag.value_type else "other"
     return Finding(
         code="bad-value",
         severity="error",
-        # argparse rejects a value of its own type; JSON in a text flag fails later, in the engine.
-        category="flag-name" if kind == flag.value_type else "other",
+        category=category,
         flag=opt.name,
         message=f"{opt.name} needs {'an' if what == 'int' else 'a'} {what} value, got `{value}`{note}",
         evidence=(f"error: argument {flag.name}: invalid {what} value: '{value}'",),
-        edits=(SetFlag(flag=flag.name, values=values),) if values else (),
+        edits=edits,
         why=why,
-        confidence=(0.6 if kind == "int" and re.search(r"[a-zA-Z]", value) else 0.9) if values else 0.0,
+        confidence=confidence,
     )
 
 

@@ -365,11 +365,7 @@ def _config_keys_dropped(flag: str, value: str, written: set[str]) -> bool:
     if flag != "--json-model-override-args" or not isinstance(parsed, dict):
         return False
     dropped = {k for k, v in parsed.items() if v is None and re.fullmatch(r"[a-z][a-z0-9_]{0,63}", k)}
-    rest = {k: v for k, v in parsed.items() if k not in dropped}
-    theirs = [t for w in written if isinstance(t := json_container(w), dict)]
-    return bool(dropped) and (
-        not rest or any(all(k in t and t[k] == v for k, v in rest.items()) for t in theirs)
-    )
+    return bool(dropped) and _rest_is_the_users(parsed, dropped, written)
 
 
 def _architectures_named(flag: str, value: str, written: set[str], catalog: FlagCatalog) -> bool:
@@ -382,7 +378,12 @@ def _architectures_named(flag: str, value: str, written: set[str], catalog: Flag
     registered = registered_architectures(catalog.version)
     if not isinstance(named, list) or not named or not all(a in registered for a in named):
         return False
-    rest = {k: v for k, v in parsed.items() if k != "architectures"}
+    return _rest_is_the_users(parsed, {"architectures"}, written)
+
+
+def _rest_is_the_users(parsed: dict, besides: set[str], written: set[str]) -> bool:
+    """Every key of an override but `besides` is one of the user's own JSON objects', with the user's value."""
+    rest = {k: v for k, v in parsed.items() if k not in besides}
     theirs = [t for w in written if isinstance(t := json_container(w), dict)]
     return not rest or any(all(k in t and t[k] == v for k, v in rest.items()) for t in theirs)
 

@@ -31,10 +31,33 @@ _FORWARD_PASS = re.compile(
 def lone_forward_choice(ctx: Context) -> Suspect | None:
     """When a traceback is cut before its error, the one setting the command changed among those that
     choose the forward pass's code, if there is exactly one: a suspect, never a finding."""
-    if ctx.root.kind != "traceback-cut" or not any(
-        _FORWARD_PASS.search(f"{f.path} {f.function}") for f in ctx.root.frames
-    ):
+    if not _on_the_forward_pass(ctx, ("traceback-cut",)):
         return None
+    found = _forward_choices(ctx)
+    return found[0] if len(found) == 1 else None
+
+
+def lone_engine_switch(ctx: Context) -> Suspect | None:
+    """The forward pass crashed, no forward-pass flag was changed, and the one engine variable the command
+    sets is a switch turned on: a suspect, never a finding."""
+    if not _on_the_forward_pass(ctx, ("exception", "traceback-cut")) or _forward_choices(ctx):
+        return None
+    engine = [(n, v) for n, v in ctx.spec.env_dict().items() if re.match(r"(?:SGLANG|SGL)_", n)]
+    if len(engine) != 1 or engine[0][1] not in TRUTHY:
+        return None
+    name, value = engine[0]
+    edits = (SetEnv(name=name, value=TRUTHY[value]),)  # off in the spelling the user turned it on
+    return Suspect(setting=name, how="the one choice on a cut path", words=(name,), edits=edits)
+
+
+def _on_the_forward_pass(ctx: Context, kinds: tuple[str, ...]) -> bool:
+    return ctx.root.kind in kinds and any(
+        _FORWARD_PASS.search(f"{f.path} {f.function}") for f in ctx.root.frames
+    )
+
+
+def _forward_choices(ctx: Context) -> list[Suspect]:
+    """The settings the command changed among those that choose the forward pass's code."""
     found = []
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
@@ -44,27 +67,7 @@ def lone_forward_choice(ctx: Context) -> Suspect | None:
             found.append(
                 Suspect(setting=flag, how="the one choice on a cut path", words=(flag,), edits=edits)
             )
-    return found[0] if len(found) == 1 else None
-
-
-def lone_engine_switch(ctx: Context) -> Suspect | None:
-    """The forward pass crashed, no forward-pass flag was changed, and the one engine variable the command
-    sets is a switch turned on: a suspect, never a finding."""
-    if ctx.root.kind not in ("exception", "traceback-cut") or not any(
-        _FORWARD_PASS.search(f"{f.path} {f.function}") for f in ctx.root.frames
-    ):
-        return None
-    for option in ctx.spec.options():
-        if _FORWARD_CHOICE.search(ctx.view.canon(option.name)) and chosen(
-            option, ctx.catalog.get(option.name)
-        ):
-            return None
-    engine = [(n, v) for n, v in ctx.spec.env_dict().items() if re.match(r"(?:SGLANG|SGL)_", n)]
-    if len(engine) != 1 or engine[0][1] not in TRUTHY:
-        return None
-    name, value = engine[0]
-    edits = (SetEnv(name=name, value=TRUTHY[value]),)  # off in the spelling the user turned it on
-    return Suspect(setting=name, how="the one choice on a cut path", words=(name,), edits=edits)
+    return found
 
 
 def revert_lone_choice(ctx: Context, failure: str) -> Decision | None:

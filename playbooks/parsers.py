@@ -48,7 +48,7 @@ def tool_parser_of_another_family(ctx: Context, m: re.Match[str] | None) -> Deci
         [SetFlag(flag=_FLAG, values=(own[0],))],
         "other",
         f"--tool-call-parser {parser} reads another model family's tool calls; this model is "
-        f"{_family(own[0])}",
+        f"a {_stem(own[0]).capitalize()} model",
         why=f"SGLang's {parser} parser builds its tool-call constraint from {_stem(parser)}'s markup, which this "
         f"model's tokenizer and output do not have; {own[0]} is the parser of the model's own family",
         evidence=(m.group(0),) if m else (),
@@ -70,7 +70,3 @@ def _model_words(ctx: Context) -> list[str]:
     text = " ".join(names)
     split = re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower()
     return list(dict.fromkeys(w for w in re.split(r"[^a-z0-9]+|(?<=[a-z])(?=\d)", split) if w))
-
-
-def _family(parser: str) -> str:
-    return f"a {_stem(parser).capitalize()} model"

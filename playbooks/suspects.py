@@ -88,6 +88,7 @@ def suspects(ctx: Context, ignore: frozenset[str] = frozenset()) -> list[Suspect
 
 def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator[Suspect | None]:
     policy = edit_policy()
+    failing = _failing_lines(ctx)[-2:]  # the raising line and the call into it, read once for every flag
     for option in ctx.spec.options():
         flag = ctx.view.canon(option.name)
         info = ctx.catalog.get(flag)
@@ -115,7 +116,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         values = [value] if value and not _numeric(value) and not family else []
         found = _heaviest(
             _strongest(flag, values, names, error, stack, edits),
-            _read_by_the_failing_line(flag, ctx, edits),
+            _read_by_the_failing_line(flag, failing, edits),
         ) or _other_name_suspect(flag, error, edits)
         if found is None or found.weight < MIN_WEIGHT:
             found = (
@@ -133,13 +134,13 @@ def _heaviest(*found: Suspect | None) -> Suspect | None:
     return max(named, key=lambda f: f.weight) if named else None
 
 
-def _read_by_the_failing_line(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | None:
+def _read_by_the_failing_line(flag: str, failing: list[str], edits: tuple[Edit, ...]) -> Suspect | None:
     """The line the error was raised on, or the call that led into it, as the traceback quotes them, reads
     the setting's field from the server arguments (`return server_args.numa_node[gpu_id]` → IndexError;
     `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found"): the engine
     failed on its value."""
     field = flag.lstrip("-").replace("-", "_")
-    for line in _failing_lines(ctx)[-2:]:
+    for line in failing:
         if re.search(rf"\b(?:server_args|args|cfg|self\.server_args)\.{field}\b", line):
             return _suspect(flag, "read by the failing line", (line.strip(),), edits)
     return None

@@ -345,17 +345,23 @@ def _brought_in(func: ast.AST | None, scope: Scope, line: int, read: set[str]) -
 
 
 def _set_fields(stmt: ast.stmt, scope: Scope) -> Iterator[str]:
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Call) and _name(node.func) == "declare_resolution":
-            yield from (k.arg for k in node.keywords if k.arg and scope.is_field(k.arg))
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
+    return (field for field, _ in assignments(stmt, scope))
+
+
+def assignments(node: ast.AST, scope: Scope) -> Iterator[tuple[str, ast.expr]]:
+    """(field, value) of each `declare_resolution(..., field=value)` and `server_args.field = value` in
+    the code under `node`."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and _name(sub.func) == "declare_resolution":
+            yield from ((k.arg, k.value) for k in sub.keywords if k.arg and scope.is_field(k.arg))
+        elif isinstance(sub, ast.Assign):
+            for target in sub.targets:
                 if (
                     isinstance(target, ast.Attribute)
                     and is_args_expr(target.value, scope)
                     and scope.is_field(target.attr)
                 ):
-                    yield target.attr
+                    yield target.attr, sub.value
 
 
 def _message_node(stmt: ast.stmt) -> ast.AST | None:

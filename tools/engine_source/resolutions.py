@@ -6,10 +6,9 @@ the command's `--dp-size` is where its value came from."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 
-from specdoctor.tools.engine_source.exprs import Scope, is_args_expr, reads
-from specdoctor.tools.engine_source.extract import FileContext
+from specdoctor.tools.engine_source.exprs import reads
+from specdoctor.tools.engine_source.extract import FileContext, assignments
 
 
 def resolved_from(ctx: FileContext) -> dict[str, set[str]]:
@@ -19,28 +18,8 @@ def resolved_from(ctx: FileContext) -> dict[str, set[str]]:
         if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         scope = ctx.scope(func)
-        for field, value in _assignments(func, scope):
+        for field, value in assignments(func, scope):
             sources = {r.name for r in reads(value, scope) if not r.env} - {field}
             if sources:
                 found.setdefault(field, set()).update(sources)
     return found
-
-
-def _assignments(func: ast.AST, scope: Scope) -> Iterator[tuple[str, ast.expr]]:
-    """(field, value) of each `declare_resolution(..., field=value)` and `server_args.field = value`."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Call) and _called(node) == "declare_resolution":
-            yield from ((k.arg, k.value) for k in node.keywords if k.arg and scope.is_field(k.arg))
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if (
-                isinstance(target, ast.Attribute)
-                and is_args_expr(target.value, scope)
-                and scope.is_field(target.attr)
-            ):
-                yield target.attr, node.value
-
-
-def _called(call: ast.Call) -> str:
-    func = call.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
