@@ -102,3 +102,24 @@ def test_a_hang_with_one_engine_variable_at_zero_takes_it_back() -> None:
     assert blind("corpus-real-engine-54", "env-uvicorn-worker-healthcheck-timeout-zero-workers-killed")[
         "edits"
     ] == [{"op": "unset_env", "name": "SGLANG_UVICORN_WORKER_HEALTHCHECK_TIMEOUT"}]
+
+
+def test_a_negative_meaning_unlimited_goes_back_to_the_default_where_sglang_gives_negatives_no_meaning() -> (
+    None
+):
+    from tests.recorded import DATA, context
+
+    # -1 for the context length: the KV pool's "too small" assertion; the only value below 1.
+    contract = blind("corpus-real-engine-56", "context-length-minus-one-pool-too-small")
+    assert (contract["playbook"], contract["edits"]) == (ZERO, [{"op": "remove", "flag": "--context-length"}])
+    # Recorded on the real engine: --max-prefill-tokens -1 never schedules the warm-up request.
+    lines = (DATA / "sglang-outputs" / "max-prefill-tokens-minus-one.hang.txt").read_text().splitlines()
+    assert decided(f"{PY} --max-prefill-tokens -1", lines, "hang")["edits"] == [
+        {"op": "remove", "flag": "--max-prefill-tokens"}
+    ]
+    from specdoctor.playbooks.zeros import zero_stalls_the_server
+
+    alone = zero_stalls_the_server(context(f"{PY} --max-prefill-tokens -1", lines, "hang"), None)
+    assert alone is not None and "is -1" in alone.summary
+    # Where SGLang's help gives -1 a meaning (chunked prefill off), -1 is the user's choice, not a suspect.
+    assert zero_stalls_the_server(context(f"{PY} --chunked-prefill-size -1", lines, "hang"), None) is None
