@@ -46,6 +46,7 @@ _WEIGHTS = {
     "name in report": 2,
     "the one choice on a cut path": 1,
     "read by the failing line": 2,
+    "its feature's flag in error": 3,
 }
 MIN_WEIGHT = 2
 """A setting named only by a traceback frame's words is not enough (`tensor_model_parallel_*` frames run
@@ -117,6 +118,7 @@ def _flag_suspects(ctx: Context, error: str, stack: str, prose: str) -> Iterator
         found = _heaviest(
             _strongest(flag, values, names, error, stack, edits),
             _read_by_the_failing_line(flag, failing, edits),
+            _its_feature_flag_written(flag, error, edits),
         ) or _other_name_suspect(flag, error, edits)
         if found is None or found.weight < MIN_WEIGHT:
             found = (
@@ -313,6 +315,17 @@ def _named_by_its_field(name: str, error: str) -> tuple[str, ...]:
     return ()
 
 
+def _its_feature_flag_written(flag: str, error: str, edits: tuple[Edit, ...]) -> Suspect | None:
+    """The error writes out another flag of the feature the setting switches on (`--enable-x-linker` and
+    "--x-linker-config must be a JSON object."): the switch's feature needs that flag, which the command
+    left out; stronger than a flag merely sharing the feature's words."""
+    stem = re.sub(r"^--(?:enable-)?", "", flag)
+    if not flag.startswith("--") or "-" not in stem:
+        return None
+    written = sorted(set(re.findall(rf"(?<![\w-])--{re.escape(stem)}-[a-z0-9-]+", error)))
+    return _suspect(flag, "its feature's flag in error", tuple(written), edits) if written else None
+
+
 def _written(name: str, text: str) -> tuple[str, ...]:
     """The flag itself, written out (`--enable-dp-attention`, whose words alone are too common to count)."""
     if not name.startswith("--"):
@@ -443,4 +456,6 @@ _HOW = {
     "value in report": "the report of the failure names its value",
     "name in report": "the report of the failure names it",
     "read by the failing line": "the line SGLang failed on reads it",
+    "its feature's flag in error": "the error asks for another flag of the feature it switches on, which the "
+    "command left out",
 }

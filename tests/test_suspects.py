@@ -282,3 +282,27 @@ def test_the_call_that_hands_the_setting_to_the_failing_function_names_it() -> N
     assert (
         found.get("--disaggregation-ib-device") != "read by the failing line"
     )  # the whole args, not the field
+
+
+def test_a_switch_whose_feature_needs_a_flag_the_command_left_out_is_the_lead() -> None:
+    # "--unified-cache-external-linker-config must be a JSON object.": the switch turning the linker on goes
+    # (with its feature's other setting); the backend flag shares the words, not the missing flag's name.
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    assert _edits(blind("corpus-real-engine-51", "unified-cache-linker-dynamic-backend-without-config")) == [
+        {"op": "remove", "flag": "--enable-unified-cache-external-linker"},
+        {"op": "remove", "flag": "--unified-cache-external-linker-backend"},
+    ]
+    lines = recorded_lines("serve-unified-cache-linker-dynamic-no-config.rc1.txt")
+    command = (
+        f"{SERVE} --enable-unified-cache-external-linker --unified-cache-external-linker-backend dynamic"
+    )
+    found = _suspects_for(command, lines)
+    assert found == {
+        "--enable-unified-cache-external-linker": "its feature's flag in error",
+        "--unified-cache-external-linker-backend": "name in error",
+    }
+    assert decided(command, lines)["playbook"] == "sglang.feature.named-in-error"
+    # A flag of another feature written in the error is no lead for this switch.
+    other = ["ValueError: --unified-cache-linker-config must be a JSON object."]
+    assert "its feature's" not in str(_suspects_for(f"{SERVE} --enable-unified-cache-external-linker", other))
