@@ -339,6 +339,8 @@ def _value_problem(flag: FlagInfo, value: str, command: LaunchCommand, catalog: 
         return None  # the user's override with an architecture SGLang registers
     if _config_keys_dropped(flag.name, value, written):
         return None  # the user's override, and keys of the model's config set to null: nothing new comes in
+    if _config_sizes(flag.name, value, written):
+        return None  # the user's override, and a tensor size as a whole number: no text comes in
     return f"{flag.name} takes free text, and {value!r} is not in the command: only a person sets it"
 
 
@@ -366,6 +368,18 @@ def _config_keys_dropped(flag: str, value: str, written: set[str]) -> bool:
         return False
     dropped = {k for k, v in parsed.items() if v is None and re.fullmatch(r"[a-z][a-z0-9_]{0,63}", k)}
     return bool(dropped) and _rest_is_the_users(parsed, dropped, written)
+
+
+def _config_sizes(flag: str, value: str, written: set[str]) -> bool:
+    """A model-config override that sets fields sizing the model's tensors (`vocab_size`) to whole numbers,
+    next to the user's own keys: a number carries no text; a wrong one only fails to load."""
+    from specdoctor.playbooks.weight_shapes import SHAPE_FIELDS
+
+    parsed = json_container(value)
+    if flag != "--json-model-override-args" or not isinstance(parsed, dict):
+        return False
+    sized = {k for k, v in parsed.items() if k in SHAPE_FIELDS and type(v) is int and 0 < v < 2**31}
+    return bool(sized) and _rest_is_the_users(parsed, sized, written)
 
 
 def _architectures_named(flag: str, value: str, written: set[str], catalog: FlagCatalog) -> bool:

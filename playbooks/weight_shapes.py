@@ -70,6 +70,8 @@ def weights_do_not_fit_the_config(ctx: Context, m: re.Match[str] | None) -> Deci
         )
     if ctx.view.tp > 1 or ctx.view.has("--quantization") or ctx.view.spec.find("--json-model-override-args"):
         return None  # a shard split or a quantized layout may be why: not this rule's to say
+    if vocab := _checkpoint_vocabulary(ctx.root_text):
+        return vocab_from_the_checkpoint(ctx, *vocab, said)
     return stop(
         ctx,
         "model-path",
@@ -87,3 +89,32 @@ def _override(ctx: Context) -> dict[str, object]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def _checkpoint_vocabulary(text: str) -> tuple[int, int] | None:
+    """(config's, checkpoint's) vocabulary size when the embedding's loader quotes both: its assertion
+    prints `org_vocab_size` (config.json's vocab_size) beside the loaded tensor's rows, unsharded."""
+    found = re.search(
+        r"org_vocab_size=(\d+)\s+self\.use_presharded_weights=False\s+loaded_weight\.shape\[output_dim\]=(\d+)",
+        text,
+    )
+    if not found or found.group(1) == found.group(2):
+        return None
+    return int(found.group(1)), int(found.group(2))
+
+
+def vocab_from_the_checkpoint(ctx: Context, configured: int, saved: int, said: str) -> Decision:
+    """config.json's vocab_size disagrees with the embedding the checkpoint saved: the tensor is what was
+    trained, so the model is served with the checkpoint's size (a person confirms: the folder is theirs)."""
+    override = json.dumps({"vocab_size": saved})
+    return fix(
+        ctx,
+        [SetFlag(flag="--json-model-override-args", values=(override,))],
+        "model-path",
+        f"config.json gives vocab_size {configured}, the checkpoint's embedding has {saved} rows ({said})",
+        why="SGLang sizes the embedding from config.json's vocab_size and asserts the checkpoint's tensor has "
+        "as many rows; the saved tensor is what was trained, so the override serves the model at its size "
+        "(mending config.json does the same for good)",
+        evidence=(said,),
+        confidence=0.45,
+    )

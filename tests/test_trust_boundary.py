@@ -521,3 +521,26 @@ def test_a_line_copying_the_engines_own_message_is_proposed_but_never_applied_un
     with pytest.raises(Stopped) as stopped:
         reviewer.next_command(ctx.spec, decision, 1, [ctx.spec])
     assert "--is-embedding is identity" in str(stopped.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ('{"vocab_size": 1000}', False),  # a tensor size as a whole number: no text comes in
+        ('{"rope_theta": 500000, "vocab_size": 1000}', False),  # beside the user's own key and value
+        ('{"vocab_size": "1000; rm -rf /"}', True),  # text where a number belongs
+        ('{"vocab_size": 1000, "chat_template": "x"}', True),  # a key that is neither a size nor the user's
+        ('{"rope_theta": 1}', True),  # a number, but not a size of the checkpoint's tensors
+        ('{"vocab_size": -5}', True),
+    ],
+)
+def test_a_config_override_may_give_a_tensor_size_as_a_number_and_nothing_else(
+    value: str, refused: bool
+) -> None:
+    from specdoctor.tools.command import SetFlag
+
+    command = LaunchCommand.parse(
+        """python -m sglang.launch_server --model-path m --json-model-override-args '{"rope_theta": 500000}'"""
+    )
+    found = invalid_edits(command, [SetFlag(flag="--json-model-override-args", values=(value,))], CAT)
+    assert bool(found) is refused, found

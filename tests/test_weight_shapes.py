@@ -11,6 +11,23 @@ from tests.recorded import PY, blind, decided, recorded_lines
 RULE = "sglang.model.weights-do-not-fit-the-config"
 
 
+def test_a_vocabulary_the_checkpoint_saved_is_served_at_its_size_for_a_person_to_confirm() -> None:
+    # The embedding's loader asserts config.json's vocab_size against the saved tensor's rows and prints
+    # both: the checkpoint's size is proposed as an override (a whole number: no text crosses the gate).
+    contract = blind("corpus-real-engine-22", "config-vocab-size-mismatch-with-checkpoint")
+    assert (contract["edits"], contract["confidence"]) == (
+        [{"op": "set", "flag": "--json-model-override-args", "values": ['{"vocab_size": 1000}']}],
+        0.45,
+    )
+    # Recorded on the real `sglang serve`: config.json's vocab_size doubled (2000), the weights' 1000.
+    lines = recorded_lines("serve-config-vocab-size-doubled.rc137.txt")
+    serve = "sglang serve --model-path /models/tl-vocab-wide --device cpu --max-total-tokens 4096"
+    found = decided(serve, lines)
+    assert (found["playbook"], found["edits"][0]["values"]) == (RULE, ['{"vocab_size": 1000}'])
+    # At TP 2 the rows may be a shard: not this rule's to say.
+    assert decided(f"{serve} --tp-size 2", lines)["playbook"] != RULE
+
+
 def test_an_override_that_resizes_the_models_tensors_is_taken_back() -> None:
     contract = blind("corpus-real-engine-22", "json-override-num-heads-breaks-weight-shapes")
     assert contract["edits"] == [{"op": "remove", "flag": "--json-model-override-args"}]
@@ -29,9 +46,6 @@ def test_a_config_json_that_disagrees_with_its_weights_is_a_stop_that_says_so() 
     # The same crash from a launch without the override: the folder's own config.json is the fault.
     alone = decided(PY, lines)
     assert (alone["playbook"], alone["action"]) == (RULE, "stop")
-    # Its blind case expects the override `{"vocab_size": 1000}`: the number is the log's (untrusted), so the
-    # stop names the field and a person writes the value; the case stays scored wrong on purpose.
-    blind("corpus-real-engine-22", "config-vocab-size-mismatch-with-checkpoint", solved=False)
     # With tensor parallelism the split itself may be why: not this rule's to say.
     assert decided(f"{PY} --tp-size 2", lines)["playbook"] != RULE
 
