@@ -267,3 +267,20 @@ def test_half_of_what_the_engines_own_message_asks_is_not_proposed() -> None:
     ctx = context(PY, [f"ValueError: {said}"], "startup-crash")
     assert _more_is_asked(ctx, said, "--enable-foo")
     assert not _more_is_asked(ctx, "Please launch the server with --enable-foo.", "--enable-foo")
+
+
+def test_relaunching_without_the_users_flag_as_the_engine_asks_takes_it_back() -> None:
+    # A rerank request to an --is-embedding server with a decoder reranker's template: "Please relaunch
+    # without --is-embedding"; the user's own flag goes, for the person to confirm (what is served changes).
+    contract = _blind("corpus-real-engine-58", "qwen3-reranker-chat-template-with-is-embedding")
+    assert (contract["playbook"], _describe(contract["edits"])) == (
+        "sglang.message.remedy",
+        ["remove --is-embedding"],
+    )
+    assert contract["confidence"] < 0.5
+    # Recorded on the real `sglang serve`, another rerank request.
+    lines = recorded_lines("serve-rerank-qwen3-template-on-embedding-server.rc137.txt")
+    command = (
+        "sglang serve --model-path /models/tiny-llama --device cpu --is-embedding --chat-template /t/r.jinja"
+    )
+    assert decided(command, lines)["edits"] == [{"op": "remove", "flag": "--is-embedding"}]

@@ -136,6 +136,15 @@ def test_a_switch_reads_true_and_an_env_var_the_check_reads_counts() -> None:
             [SetEnv(name="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", value="1")],
         ),
         (
+            "Detected Qwen3 reranker chat template, but the server is not in generation mode. Please relaunch "
+            "without --is-embedding for Qwen3-Reranker models.",
+            [RemoveFlag(flag="--is-embedding")],
+        ),
+        (
+            "fastokens failed to load tokenizer. Re-run without --tokenizer-backend=fastokens to use the default.",
+            [RemoveFlag(flag="--tokenizer-backend")],
+        ),
+        (
             "Cross attention is not supported in the triton attention backend. Please use "
             "`--attention-backend flashinfer`.",
             [SetFlag(flag="--attention-backend", values=("flashinfer",))],

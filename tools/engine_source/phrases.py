@@ -146,6 +146,10 @@ _NOT_SET = rx(
     other=FLAG_RX,
 )
 _WHEN_USING = rx(r"\bwhen\s+(?:using|setting|enabling)\s+{flag}", flag=FLAG_RX)
+_RUN_WITHOUT = rx(
+    r"\b(?:re-?launch|re-?start|restart|launch|start|run)(?:\s+(?:the\s+)?(?:server|engine))?\s+without\s+{flag}",
+    flag=FLAG_RX,
+)
 _MUST_SET = rx(
     r"{flag}\s+(?:must|should|has to|needs to)\s+be\s+(?:set|specified|provided|given|enabled)\b"
     r"(?:\s+(?:when|if|with)\s+(?:using\s+)?{cond})?",
@@ -193,7 +197,9 @@ def sets(msg: str, reader: FlagReader) -> Found:
 
 
 def removes(msg: str, reader: FlagReader) -> Found:
-    """`do not set --x`, `remove --x`, `disable --enable-x`, `... when using --x`."""
+    """`do not set --x`, `remove --x`, `disable --enable-x`, `... when using --x`, `relaunch without --x`."""
+    for m in _RUN_WITHOUT.finditer(msg):
+        yield remove_remedy(reader, m["flag"], "run-without", m.group())
     for m in _NOT_SET.finditer(msg):
         yield remove_remedy(reader, m["flag"], "do-not-set", m.group())
         yield remove_remedy(reader, m["other"], "do-not-set", m.group())
