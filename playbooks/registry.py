@@ -30,6 +30,7 @@ _FAMILIES = (
     "architectures",
     "overrides",
     "hub",
+    "hub_env",
     "model",
     "weights",
     "weight_shapes",
