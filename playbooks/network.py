@@ -38,6 +38,31 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+@playbook(
+    id="sglang.network.privileged-port",
+    category="port-in-use",
+    when=("exited", "hung"),
+    pattern=r"\[Errno 13\][^\n]*bind|bind[^\n]*\b[Pp]ermission denied",
+    priority=15,
+)
+def privileged_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """The server may not bind its port: below 1024 only root (or a process given CAP_NET_BIND_SERVICE) can
+    listen. Serve on an unprivileged port (put a proxy or the container's port mapping in front for 80/443)."""
+    port = ctx.view.int("--port")
+    if port is None or port >= 1024:
+        return None
+    return fix(
+        ctx,
+        [SetFreePort(start=DEFAULT_PORT)],
+        "port-in-use",
+        f"--port {port} is a privileged port this user may not bind, so SGLang cannot serve",
+        why="ports below 1024 need root or CAP_NET_BIND_SERVICE; on SGLang's default port range the server "
+        f"starts, and a proxy or the container's port mapping can still publish it as {port}",
+        evidence=(m.group(0),) if m else (),
+        confidence=0.6,
+    )
+
+
 def _same_port_twice(ctx: Context, busy: int) -> Decision | None:
     """The command gives the busy port to --port and to another port flag of its own (`--nccl-port` equal to
     `--port`): the clash is the command's, and the server's address stays; the other port goes back to

@@ -31,6 +31,7 @@ _FAMILIES = (
     "overrides",
     "hub",
     "hub_env",
+    "host_env",
     "model",
     "weights",
     "weight_shapes",

@@ -875,6 +875,18 @@ CASES = (
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         ("corpus-real-engine-60", "hf-home-set-to-hub-subfolder-offline", "sglang.model.cache-variable"),
         (
+            "corpus-real-engine-60",
+            "nonroot-user-port-80-permission-denied-hang",
+            "sglang.network.privileged-port",
+        ),
+        ("corpus-real-engine-60", "tmpdir-too-long-zmq-ipc-path", "sglang.host.socket-path-too-long"),
+        ("corpus-real-engine-60", "readonly-rootfs-no-writable-tmp", "sglang.host.no-writable-temp"),
+        (
+            "corpus-real-engine-60",
+            "gloo-socket-ifname-missing-interface",
+            "sglang.host.network-interface-missing",
+        ),
+        (
             "corpus-real-engine-40",
             "json-override-hidden-act-unsupported-by-llama",
             "sglang.model.override-from-another-model",

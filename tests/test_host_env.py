@@ -1,0 +1,47 @@
+"""The process environment a server needs on its host: a writable temporary folder, socket paths short
+enough, network interfaces that exist. Each on its blind case and a second launch recorded on the real
+`sglang serve` (a deep TMPDIR, /tmp and /var/tmp read-only, GLOO_SOCKET_IFNAME of an absent interface)."""
+
+from __future__ import annotations
+
+from tests.recorded import blind, decided, recorded_lines
+
+SERVE = "sglang serve --model-path /models/tiny-llama --device cpu --max-total-tokens 4096"
+DEEP = "/tmp/rec/gitlab-builds/group-platform/inference-serving/pipelines/job-8812734551/workspace/.cache/tmp"
+
+
+def test_a_temporary_folder_too_deep_for_socket_paths_becomes_tmp() -> None:
+    contract = blind("corpus-real-engine-60", "tmpdir-too-long-zmq-ipc-path")
+    assert contract["edits"] == [{"op": "set_env", "name": "TMPDIR", "value": "/tmp"}]
+    lines = recorded_lines("serve-tmpdir-too-deep-for-ipc-socket.rc1.txt")
+    found = decided(f"TMPDIR={DEEP} {SERVE}", lines)
+    # The command's own TMPDIR holds the socket: sure; one from the environment around it: a guess.
+    assert (found["playbook"], found["confidence"]) == ("sglang.host.socket-path-too-long", 0.6)
+    assert decided(SERVE, lines)["confidence"] == 0.45
+
+
+def test_no_writable_temporary_folder_gets_the_memory_backed_one() -> None:
+    contract = blind("corpus-real-engine-60", "readonly-rootfs-no-writable-tmp")
+    assert contract["edits"] == [{"op": "set_env", "name": "TMPDIR", "value": "/dev/shm"}]
+    lines = recorded_lines("serve-read-only-tmp-no-temp-folder.rc1.txt")
+    assert decided(SERVE, lines)["edits"] == [{"op": "set_env", "name": "TMPDIR", "value": "/dev/shm"}]
+    # Already there: nothing more to say by this rule.
+    assert decided(f"TMPDIR=/dev/shm {SERVE}", lines)["playbook"] != "sglang.host.no-writable-temp"
+
+
+def test_an_absent_network_interface_is_loopback_on_one_node_and_the_persons_across_nodes() -> None:
+    contract = blind("corpus-real-engine-60", "gloo-socket-ifname-missing-interface")
+    assert contract["edits"] == [{"op": "set_env", "name": "GLOO_SOCKET_IFNAME", "value": "lo"}]
+    lines = recorded_lines("serve-gloo-socket-ifname-ens5-absent.rc137.txt")
+    assert decided(f"GLOO_SOCKET_IFNAME=ens5 {SERVE}", lines)["edits"] == [
+        {"op": "set_env", "name": "GLOO_SOCKET_IFNAME", "value": "lo"}
+    ]
+    two = decided(
+        f"GLOO_SOCKET_IFNAME=ens5 {SERVE} --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000", lines
+    )
+    assert (two["playbook"], two["action"]) == ("sglang.host.network-interface-missing", "stop")
+    # A variable naming another interface than the one the error names is not the one at fault.
+    assert (
+        decided(f"GLOO_SOCKET_IFNAME=eth0 {SERVE}", lines)["playbook"]
+        != "sglang.host.network-interface-missing"
+    )
