@@ -181,13 +181,17 @@ def _own_module(flag: str, ctx: Context, edits: tuple[Edit, ...]) -> Suspect | N
     outer ones are the scheduler's start-up, which calls every feature's set-up."""
     own = squeeze(re.sub(r"^--(?:enable|use)-", "", flag))
     family = re.sub(r"^--(?:enable-|use-)?", "", flag).split("-")[0]
+    # The feature a choice flag picks the kind of (`--weight-cache-mode` → `weight_cache/`): a name of two
+    # words or more once its last, generic word is gone.
+    feature = re.fullmatch(r"--([a-z0-9]+(?:-[a-z0-9]+)+)-(?:mode|backend|type|method|policy)", flag)
+    names = {own, squeeze(feature.group(1))} if feature else {own}
     if len(own) < 5:
         return None
     inner = [f for f in ctx.root.frames if "sglang" in f.path][-_INNER_FRAMES:]
     for frame in inner:
         parts = frame.path.rsplit("sglang/", 1)[-1].removesuffix(".py").split("/")
-        if any(squeeze(p) == own for p in parts):
-            return _suspect(flag, "module in stack", (own,), edits)
+        if hit := next((squeeze(p) for p in parts if squeeze(p) in names), None):
+            return _suspect(flag, "module in stack", (hit,), edits)
         # The feature's module named after the family its flags share (`offloader.py` for --offload-*).
         if (
             len(family) >= 6

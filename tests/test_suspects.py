@@ -306,3 +306,31 @@ def test_a_switch_whose_feature_needs_a_flag_the_command_left_out_is_the_lead() 
     # A flag of another feature written in the error is no lead for this switch.
     other = ["ValueError: --unified-cache-linker-config must be a JSON object."]
     assert "its feature's" not in str(_suspects_for(f"{SERVE} --enable-unified-cache-external-linker", other))
+
+
+def test_the_feature_a_mode_flag_picks_is_named_by_its_folder_in_the_stack() -> None:
+    # `--weight-cache-mode client` on CPU: the crash runs through `srt/weight_cache/ipc_loader.py` into a
+    # device call CPU lacks; the flag's feature is its name without the generic last word.
+    from tests.recorded import SERVE, blind, decided, recorded_lines
+
+    contract = blind("corpus-real-engine-62", "weight-cache-mode-client-on-cpu")
+    assert _edits(contract) == [{"op": "remove", "flag": "--weight-cache-mode"}]
+    log = [
+        '  File "/x/sglang/srt/weight_cache/ipc_loader.py", line 459, in _fetch_from_cache',
+        "    device_uuid = current_platform.get_device_uuid(int(device_config.gpu_id))",
+        '  File "/x/sglang/srt/platforms/device_mixin.py", line 201, in get_device_uuid',
+        "    raise NotImplementedError",
+        "NotImplementedError",
+    ]
+    assert _suspects_for(f"{SERVE} --weight-cache-mode client", log) == {
+        "--weight-cache-mode": "module in stack"
+    }
+    # A one-word feature (`--attention-backend` → attention) is too common a folder to be its module.
+    attention = [log[0].replace("weight_cache/ipc_loader", "layers/attention/torch_native"), *log[1:]]
+    found = _suspects_for(f"{SERVE} --attention-backend triton", attention)
+    assert found.get("--attention-backend") != "module in stack"
+    # Recorded on the real `sglang serve`: the daemon mode fails on the same device call.
+    lines = recorded_lines("serve-weight-cache-mode-daemon-on-cpu.rc1.txt")
+    assert decided(f"{SERVE} --weight-cache-mode daemon", lines)["edits"] == [
+        {"op": "remove", "flag": "--weight-cache-mode"}
+    ]
