@@ -125,7 +125,9 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             f"SGLang's message says what to do: {said}",
             why=f"the engine names the change ({edit.describe()}) in the message of the failure",
             evidence=(said,),
-            confidence=0.6 if tuning else 0.45,
+            # A request turned away while the server serves others: a server-wide change for one kind of
+            # request (the radix cache off for every user) is the person's trade, not an unattended one.
+            confidence=0.6 if tuning and not _turned_away(ctx) else 0.45,
         )
         if decision is not None:
             return decision
@@ -144,6 +146,17 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         "word of a message, which anyone can write into a log or an answer.",
         evidence=(said,),
         confidence=0.6,
+    )
+
+
+def _turned_away(ctx: Context) -> bool:
+    """The failure is the answer a request got from a running server (a 400 it turned the request away
+    with), not a crash."""
+    from specdoctor.tools.log_cause import server_answer
+
+    answer = server_answer(ctx.log_text.splitlines()[-400:])
+    return ctx.outcome.kind == "unhealthy" or (
+        answer is not None and answer == (ctx.root.error_line or "").strip()
     )
 
 

@@ -284,3 +284,14 @@ def test_relaunching_without_the_users_flag_as_the_engine_asks_takes_it_back() -
         "sglang serve --model-path /models/tiny-llama --device cpu --is-embedding --chat-template /t/r.jinja"
     )
     assert decided(command, lines)["edits"] == [{"op": "remove", "flag": "--is-embedding"}]
+
+
+def test_a_server_wide_change_for_one_kind_of_request_is_the_persons_trade() -> None:
+    # /v1/score with score_extraction_token_id: "requires --disable-radix-cache". The server serves everyone
+    # else; the radix cache off for all of them is proposed, not applied unattended.
+    contract = _blind("corpus-real-engine-58", "score-extraction-token-with-radix-cache-enabled")
+    assert (contract["playbook"], _describe(contract["edits"])) == (
+        "sglang.message.remedy",
+        ["set --disable-radix-cache"],
+    )
+    assert contract["confidence"] == 0.45
