@@ -26,6 +26,8 @@ def http_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     busy = int(bound.group(2)) if bound else current
     if busy == current and (own := _same_port_twice(ctx, busy)):
         return own
+    if busy != current and (other := _another_port_flag(ctx, busy)):
+        return other
     # Ports other than --port are derived from it, so moving --port moves them too.
     which = "" if busy == current else f" (a port SGLang derives from --port {current})"
     return fix(
@@ -63,6 +65,28 @@ def privileged_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     )
 
 
+def _another_port_flag(ctx: Context, busy: int) -> Decision | None:
+    """The busy port is the one the command gives another port flag (`--gated-launch-port`), not one derived
+    from --port: that flag moves, past every port the command names."""
+    given = [
+        (ctx.view.canon(o.name), o.values)
+        for o in ctx.spec.options()
+        if ctx.view.canon(o.name).endswith("-port")
+    ]
+    named = [flag for flag, values in given if flag != "--port" and values == (str(busy),)]
+    if len(named) != 1:
+        return None
+    ports = [int(v[0]) for _, v in given if len(v) == 1 and v[0].isdigit()]
+    return fix(
+        ctx,
+        [SetFreePort(flag=named[0], start=max(ports) + 10)],
+        "port-in-use",
+        f"{named[0]} {busy} is already in use (another server?), so SGLang cannot serve",
+        why=f"{named[0]} moves to a free port above every port the command names; the server's address stays",
+        confidence=0.8,
+    )
+
+
 def _same_port_twice(ctx: Context, busy: int) -> Decision | None:
     """The command gives the busy port to --port and to another port flag of its own (`--nccl-port` equal to
     `--port`): the clash is the command's, and the server's address stays; the other port goes back to
@@ -95,7 +119,14 @@ def _same_port_twice(ctx: Context, busy: int) -> Decision | None:
 def internal_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """A port SGLang derives from --port (scheduler, detokenizer, RPC, NCCL) is taken."""
     waited = re.search(r"is not available in (\d+) seconds", ctx.search_text)
-    if waited and re.search(r"sglang|scheduler", ctx.search_text.split(waited.group(0), 1)[1][:600], re.I):
+    if (
+        waited
+        and not _held_by_another_program(ctx)
+        and (
+            _holder(ctx) is not None
+            or re.search(r"sglang|scheduler", ctx.search_text.split(waited.group(0), 1)[1][:600], re.I)
+        )
+    ):
         # The holder is an SGLang server still shutting down: waiting longer is enough.
         seconds = max(120, 4 * int(waited.group(1)))
         decision = fix(
@@ -108,6 +139,8 @@ def internal_port_busy(ctx: Context, m: re.Match[str] | None) -> Decision | None
         )
         if decision is not None:
             return decision
+    if own_rendezvous := _derived_from_the_rendezvous(ctx):
+        return own_rendezvous
     current = ctx.view.int("--port") or DEFAULT_PORT
     return fix(
         ctx,
@@ -237,6 +270,38 @@ def rendezvous_unreachable(ctx: Context, m: re.Match[str] | None) -> Decision | 
     )
 
 
+def _holder(ctx: Context) -> str | None:
+    """The command line of the process holding the port, as SGLang's own wait message prints it."""
+    found = re.search(r"process\.cmdline\(\)=\[([^\]\n]*)\]", ctx.search_text)
+    return found.group(1) if found else None
+
+
+def _held_by_another_program(ctx: Context) -> bool:
+    holder = _holder(ctx)
+    return holder is not None and "sglang" not in holder
+
+
+def _derived_from_the_rendezvous(ctx: Context) -> Decision | None:
+    """On one node, the ports SGLang waits for (scheduler, detokenizer, ...) are the block above the
+    --dist-init-addr port; without --dist-init-addr it derives them from --port instead."""
+    address = ctx.view.get("--dist-init-addr") or ""
+    busy = re.search(r"port (\d+) is in use\. Waiting", ctx.search_text)
+    rendezvous = re.search(r":(\d+)$", address)
+    if ctx.view.nnodes > 1 or not busy or not rendezvous:
+        return None
+    if not 0 < int(busy.group(1)) - int(rendezvous.group(1)) <= 64:
+        return None
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--dist-init-addr")],
+        "port-in-use",
+        f"port {busy.group(1)}, one SGLang derives from --dist-init-addr {address}, is held by another program",
+        why="on one node --dist-init-addr only places SGLang's own ports; without it SGLang derives them from "
+        "--port and checks they are free",
+        confidence=0.75,
+    )
+
+
 @playbook(
     id="sglang.network.rendezvous-port",
     category="port-in-use",
@@ -255,6 +320,17 @@ def rendezvous_port(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "port-in-use",
             f"--nccl-port {m.group(1)} is taken ({m.group(2)})",
             why="without --nccl-port SGLang picks a free port for its workers' rendezvous",
+            confidence=0.8,
+        )
+    address = ctx.view.get("--dist-init-addr") or ""
+    if ctx.view.nnodes <= 1 and address.endswith(f":{m.group(1)}"):
+        return fix(
+            ctx,
+            [RemoveFlag(flag="--dist-init-addr")],
+            "port-in-use",
+            f"the --dist-init-addr port {m.group(1)} is taken ({m.group(2)})",
+            why="on one node no other node needs the address; without --dist-init-addr SGLang picks a free port "
+            "for its workers' rendezvous",
             confidence=0.8,
         )
     return stop(
