@@ -136,14 +136,19 @@ def _heaviest(*found: Suspect | None) -> Suspect | None:
     return max(named, key=lambda f: f.weight) if named else None
 
 
+# How SGLang's runtime reads a setting after start-up: `get_serving().api_key`, `get_exec().moe.<field>`
+# (srt/runtime_context.py groups the server arguments).
+_ACCESSOR = r"get_[a-z]+\(\)(?:\.[a-z]+)?"
+
+
 def _read_by_the_failing_line(flag: str, failing: list[str], edits: tuple[Edit, ...]) -> Suspect | None:
     """The line the error was raised on, or the call that led into it, as the traceback quotes them, reads
     the setting's field from the server arguments (`return server_args.numa_node[gpu_id]` → IndexError;
-    `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found"): the engine
-    failed on its value."""
+    `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found"; at run time
+    through the runtime's accessors, `get_exec().moe.init_expert_location`): the engine failed on its value."""
     field = flag.lstrip("-").replace("-", "_")
     for line in failing:
-        if re.search(rf"\b(?:server_args|args|cfg|self\.server_args)\.{field}\b", line):
+        if re.search(rf"\b(?:server_args|args|cfg|self\.server_args|{_ACCESSOR})\.{field}\b", line):
             return _suspect(flag, "read by the failing line", (line.strip(),), edits)
     return None
 

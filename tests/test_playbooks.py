@@ -874,7 +874,11 @@ CASES = (
         ("corpus-real-engine-31", "env-health-check-timeout-with-unit-suffix", "sglang.value.not-a-number"),
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         ("corpus-real-engine-60", "hf-home-set-to-hub-subfolder-offline", "sglang.model.cache-variable"),
-        ("corpus-real-engine-64", "gated-launch-port-on-first-instance-http-port", "sglang.network.http-port"),
+        (
+            "corpus-real-engine-64",
+            "gated-launch-port-on-first-instance-http-port",
+            "sglang.network.http-port",
+        ),
         (
             "corpus-real-engine-60",
             "nonroot-user-port-80-permission-denied-hang",

@@ -334,3 +334,22 @@ def test_the_feature_a_mode_flag_picks_is_named_by_its_folder_in_the_stack() -> 
     assert decided(f"{SERVE} --weight-cache-mode daemon", lines)["edits"] == [
         {"op": "remove", "flag": "--weight-cache-mode"}
     ]
+
+
+def test_the_runtime_reading_the_setting_through_its_accessors_names_it() -> None:
+    # After start-up SGLang reads its settings through srt/runtime_context.py's groups (`get_exec().moe.x`,
+    # `get_serving().api_key`); a failing line reading the field that way names the setting as
+    # `server_args.x` does.
+    from tests.recorded import SERVE
+
+    log = [
+        '  File "/x/sglang/srt/eplb/expert_location.py", line 780, in compute_initial_expert_location_metadata',
+        "    data_dict = json.loads(get_exec().moe.init_expert_location)",
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+    ]
+    found = _suspects_for(f"{SERVE} --init-expert-location /data/eplb", log)
+    assert found == {"--init-expert-location": "read by the failing line"}
+    # A field of another name on the same accessor names nothing.
+    other = [log[0], "    data_dict = json.loads(get_exec().moe.init_expert_location_file)", log[2]]
+    found = _suspects_for(f"{SERVE} --init-expert-location /data/eplb", other)
+    assert found.get("--init-expert-location") != "read by the failing line"
