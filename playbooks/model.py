@@ -292,6 +292,7 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
         or _the_commands_context_cap(ctx, allowed, asked)
         or _the_models_context_fails_warmup(ctx, allowed, asked)
         or (_truncate_the_completion(ctx, allowed, int(m.group(4))) if m.group(4) else None)
+        or _embed_the_first_tokens(ctx, allowed)
         or stop(
             ctx,
             "context-length",
@@ -300,6 +301,23 @@ def prompt_too_long(ctx: Context, m: re.Match[str] | None) -> Decision | None:
             "is no remedy for a prompt over the context: SGLang keeps its first tokens, drops the rest, and "
             "leaves no room to generate (an empty answer instead of an error).",
         )
+    )
+
+
+def _embed_the_first_tokens(ctx: Context, allowed: int) -> Decision | None:
+    """An embedding server turned away an input over the context. Nothing is generated from an embedding,
+    so truncating to the first tokens is the usual remedy (what embedding pipelines do), unlike a prompt
+    that would leave no room to answer; the person decides whether the tail of a document may go."""
+    if not ctx.view.has("--is-embedding") or ctx.view.has("--allow-auto-truncate"):
+        return None
+    return fix(
+        ctx,
+        [SetFlag(flag="--allow-auto-truncate")],
+        "context-length",
+        f"inputs longer than the {allowed} tokens of the model's context are turned away by this embedding server",
+        why="with --allow-auto-truncate SGLang embeds the first tokens of a longer input (the tail is not "
+        "read); an embedding generates nothing, so no room is needed after the input",
+        confidence=0.45,
     )
 
 

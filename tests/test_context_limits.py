@@ -37,3 +37,19 @@ def test_a_page_as_large_as_the_pool_is_taken_back() -> None:
     # Two pages leave room: no such finding (the timeout is then another fault's).
     two = SERVE.replace("--max-total-tokens 4096", "--page-size 2048 --max-total-tokens 4096")
     assert {"op": "remove", "flag": "--page-size"} not in decided(two, lines)["edits"]
+
+
+def test_an_embedding_input_over_the_context_is_truncated_for_the_person_to_confirm() -> None:
+    # An embedding generates nothing after its input: the first tokens are embedded (the usual remedy of
+    # embedding pipelines); a generation prompt over the context stays a stop (no room left to answer).
+    contract = blind("corpus-real-engine-58", "embedding-input-longer-than-context-without-auto-truncate")
+    assert (contract["playbook"], contract["edits"], contract["confidence"]) == (
+        TOO_LONG,
+        [{"op": "set", "flag": "--allow-auto-truncate", "values": []}],
+        0.45,
+    )
+    lines = recorded_lines("serve-embedding-input-over-context.rc137.txt")
+    assert decided(f"{SERVE} --is-embedding", lines)["edits"] == [
+        {"op": "set", "flag": "--allow-auto-truncate", "values": []}
+    ]
+    assert decided(SERVE, lines)["action"] == "stop"

@@ -98,7 +98,7 @@ FLOORS = {
     "corpus-real-engine-55": (6, 0),
     "corpus-real-engine-56": (8, 0),
     "corpus-real-engine-57": (10, 0),
-    "corpus-real-engine-58": (4, 1),
+    "corpus-real-engine-58": (5, 1),
     "corpus-real-engine-59": (9, 0),
     "corpus-real-engine-60": (11, 0),
     "corpus-real-engine-61": (5, 0),
