@@ -23,6 +23,7 @@ _FAMILIES = (
     "serving",
     "watchdog",
     "zeros",
+    "waits",
     "first_requests",
     "parsers",
     "lora_requests",

@@ -875,6 +875,11 @@ CASES = (
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         ("corpus-real-engine-60", "hf-home-set-to-hub-subfolder-offline", "sglang.model.cache-variable"),
         (
+            "corpus-real-engine-61",
+            "checkpoint-engine-wait-weights-without-pusher-hang",
+            "sglang.serving.waits-for-outside",
+        ),
+        (
             "corpus-real-engine-64",
             "gated-launch-port-on-first-instance-http-port",
             "sglang.network.http-port",
