@@ -159,6 +159,34 @@ def remote_code(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 
 
 @playbook(
+    id="sglang.model.remote-code-missing",
+    category="trust-remote-code",
+    pattern=r"does not appear to have a file named (?P<file>[\w.-]+\.py)",
+    priority=25,
+    scope="root",
+)
+def remote_code_missing(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """--trust-remote-code, and the folder's auto_map names a code file the folder does not ship (left over
+    from a conversion): without --trust-remote-code transformers uses its own class for the config's
+    model_type and never looks for that file."""
+    if m is None or not ctx.view.has("--trust-remote-code"):
+        return None
+    if not any("dynamic_module_utils" in f.path for f in ctx.root.frames):
+        return None  # not transformers' loading of a repository's own code
+    return fix(
+        ctx,
+        [RemoveFlag(flag="--trust-remote-code")],
+        "trust-remote-code",
+        f"--trust-remote-code, and the model's auto_map names {m['file']}, which the folder does not ship",
+        why="with --trust-remote-code transformers loads the classes auto_map names from the folder's own "
+        "files; without it, the class transformers has for the config's model_type (or copy the missing "
+        "file in, or take auto_map out of config.json)",
+        evidence=(m.group(0),),
+        confidence=0.45,
+    )
+
+
+@playbook(
     id="sglang.model.architecture",
     category="other",
     pattern=r"does not recognize this architecture|are not supported for now|Model architectures? \[.*\] (?:is|are) not supported",

@@ -99,7 +99,7 @@ FLOORS = {
     "corpus-real-engine-56": (8, 0),
     "corpus-real-engine-57": (10, 0),
     "corpus-real-engine-58": (5, 1),
-    "corpus-real-engine-59": (9, 0),
+    "corpus-real-engine-59": (10, 0),
     "corpus-real-engine-60": (11, 0),
     "corpus-real-engine-61": (6, 0),
     "corpus-real-engine-62": (6, 0),

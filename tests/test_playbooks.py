@@ -875,6 +875,11 @@ CASES = (
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         ("corpus-real-engine-60", "hf-home-set-to-hub-subfolder-offline", "sglang.model.cache-variable"),
         (
+            "corpus-real-engine-59",
+            "auto-map-points-to-missing-file-with-trust-remote-code",
+            "sglang.model.remote-code-missing",
+        ),
+        (
             "corpus-real-engine-61",
             "checkpoint-engine-wait-weights-without-pusher-hang",
             "sglang.serving.waits-for-outside",
