@@ -98,6 +98,8 @@ def _hidden(name: str, value: str, *, strict: bool = False) -> bool:
     literal = value.strip("'\"").lower()
     if strength == 0 or literal in _LITERALS or re.fullmatch(r"<\|?[\w -]*\|?>", literal):
         return False  # a placeholder (SGLang's own `'<redacted>'`) or a special token (`<|close|>`) hides nothing
+    if not re.search(r"[a-z0-9]", literal):
+        return False  # punctuation alone (a scoring token `"#"`): no secret is made of it
     if strict and _words(name) in (["KEY"], ["KEYS"]):
         return False
     if re.fullmatch(r"[-+]?\d+(\.\d+)?", literal):
