@@ -24,6 +24,7 @@ _FAMILIES = (
     "watchdog",
     "zeros",
     "waits",
+    "output_paths",
     "first_requests",
     "parsers",
     "lora_requests",

@@ -107,6 +107,7 @@ FLOORS = {
     "corpus-real-engine-64": (10, 0),
     "corpus-real-engine-65": (10, 0),
     "corpus-real-engine-66": (9, 1),
+    "corpus-real-engine-67": (9, 0),
 }
 
 
