@@ -11,6 +11,8 @@ from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.tools.command import SetEnv
 
+_WARNING_RAISED = r"^(?:[\w.]+\.)?\w*Warning: "
+
 _IPC_TOO_LONG = r'ipc path "(?P<path>[^"]+)" is longer than (?P<max>\d+) characters'
 _NO_TEMP = r"No usable temporary directory found in"
 _NO_INTERFACE = r"Unable to find address for: (?P<name>[\w.:-]+)"
@@ -84,3 +86,39 @@ def network_interface_missing(ctx: Context, m: re.Match[str] | None) -> Decision
         evidence=(m.group(0),),
         confidence=0.6,
     )
+
+
+@playbook(
+    id="sglang.host.warnings-as-errors", category="other", pattern=_WARNING_RAISED, priority=30, scope="root"
+)
+def warnings_as_errors(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """A warning raised as an error: Python was told to turn warnings into exceptions (PYTHONWARNINGS=error,
+    `python -W error`), and SGLang or a library it imports warns on every start (a deprecation)."""
+    said = (ctx.root.error_line or "").strip()
+    if not re.match(_WARNING_RAISED, said):
+        return None
+    if "error" in ctx.spec.env_dict().get("PYTHONWARNINGS", "").lower():
+        return fix(
+            ctx,
+            [SetEnv(name="PYTHONWARNINGS", value="default")],
+            "other",
+            f"PYTHONWARNINGS turns every warning into an error, and SGLang's start warns: {said}",
+            why="the warning is not a fault of the launch; with PYTHONWARNINGS=default Python prints it and "
+            "goes on (keep `error` for your own tests, not for the server)",
+            evidence=(said,),
+            confidence=0.6,
+        )
+    words = list(ctx.spec.entrypoint)
+    options = [
+        w for w, after in zip(words, [*words[1:], ""], strict=True) if w == "-W" and after.startswith("error")
+    ]
+    if options or any(w.startswith("-Werror") for w in words):
+        return stop(
+            ctx,
+            "other",
+            f"`python -W error` turns every warning into an error, and SGLang's start warns: {said}",
+            "Launch without `-W error` (or with `-W default`): the warning is not a fault of the launch.",
+            evidence=(said,),
+            confidence=0.7,
+        )
+    return None

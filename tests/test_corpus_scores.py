@@ -108,6 +108,7 @@ FLOORS = {
     "corpus-real-engine-65": (10, 0),
     "corpus-real-engine-66": (9, 1),
     "corpus-real-engine-67": (9, 0),
+    "corpus-real-engine-68": (4, 0),
 }
 
 

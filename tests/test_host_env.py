@@ -45,3 +45,21 @@ def test_an_absent_network_interface_is_loopback_on_one_node_and_the_persons_acr
         decided(f"GLOO_SOCKET_IFNAME=eth0 {SERVE}", lines)["playbook"]
         != "sglang.host.network-interface-missing"
     )
+
+
+def test_warnings_turned_into_errors_are_turned_back_into_warnings() -> None:
+    from tests.recorded import PY
+
+    contract = blind("corpus-real-engine-68", "pythonwarnings-error-sglang-serve")
+    assert contract["edits"] == [{"op": "set_env", "name": "PYTHONWARNINGS", "value": "default"}]
+    lines = recorded_lines("pythonwarnings-error-launch-server.rc1.txt")
+    found = decided(f"PYTHONWARNINGS=error {PY}", lines)
+    assert (found["playbook"], found["edits"]) == (
+        "sglang.host.warnings-as-errors",
+        [{"op": "set_env", "name": "PYTHONWARNINGS", "value": "default"}],
+    )
+    # The interpreter's own `-W error` is the person's to drop: said, not edited.
+    stopped = decided(PY.replace("python ", "python -W error ", 1), lines)
+    assert (stopped["playbook"], stopped["action"]) == ("sglang.host.warnings-as-errors", "stop")
+    # No warnings-as-errors setting: the warning is not this rule's.
+    assert decided(PY, lines)["playbook"] != "sglang.host.warnings-as-errors"
