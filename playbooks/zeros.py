@@ -59,6 +59,16 @@ def zero_the_user_chose(ctx: Context, m: re.Match[str] | None) -> Decision | Non
     )
 
 
+def _shown_at_zero(flag: str, log: str) -> bool:
+    """The log prints the setting's field (or its last words: `watchdog_timeout` of
+    `--soft-watchdog-timeout`) at 0, as the code using it reports it."""
+    field = flag.lstrip("-").replace("-", "_").lower()
+    for name in re.findall(r"\b([a-z][a-z0-9_]*)=0(?:\.0)?\b", log):
+        if "_" in name and (field == name or field.endswith("_" + name)):
+            return True
+    return False
+
+
 def _as_flag(setting: str) -> str:
     """How the failing code would name a setting: `--x-y`, the key of `--flag key`, `SGLANG_X_Y` as `--x-y`."""
     last = setting.split(" ")[-1]
@@ -107,7 +117,7 @@ def _unusable(values: tuple[str, ...] | list[str], help_text: str) -> str | None
     return None
 
 
-@playbook(id="sglang.value.zero-stalls", category="other", when=("hung",), priority=86)
+@playbook(id="sglang.value.zero-stalls", category="other", when=("hung", "degraded"), priority=86)
 def zero_stalls_the_server(ctx: Context, m: re.Match[str] | None) -> Decision | None:
     """The server hangs with nothing failing, and the command set exactly one count, limit or timeout to 0
     or below (a flag or an engine variable): a scheduler that may take 0 requests (`--prefill-max-requests 0`) never
@@ -119,13 +129,17 @@ def zero_stalls_the_server(ctx: Context, m: re.Match[str] | None) -> Decision | 
     if len(zeros) != 1:
         return None
     flag, (value, edits) = next(iter(zeros.items()))
+    if ctx.outcome.kind == "degraded" and not _shown_at_zero(flag, ctx.log_text):
+        return None  # a server that runs: only when its log shows the setting at work with that zero
     return fix(
         ctx,
         list(edits),
         category_of(flag),
-        f"the server hangs, and {flag} is {value}: a limit below 1 lets nothing through",
+        f"the server hangs, and {flag} is {value}: a limit below 1 lets nothing through"
+        if ctx.outcome.kind == "hung"
+        else f"the server runs but misbehaves, and its log shows {flag} at work with {value}",
         why=f"{flag} is the only setting of the command at {value} and nothing failed; there a count or limit admits "
-        "no work (SGLang's warm-up request never runs), and back at SGLang's default the launch has a value it "
-        "can use",
+        "no work (SGLang's warm-up request never runs) or a timer fires all the time, and back at SGLang's "
+        "default the launch has a value it can use",
         confidence=0.45,
     )

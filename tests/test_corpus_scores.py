@@ -101,7 +101,7 @@ FLOORS = {
     "corpus-real-engine-58": (5, 1),
     "corpus-real-engine-59": (10, 0),
     "corpus-real-engine-60": (11, 0),
-    "corpus-real-engine-61": (6, 0),
+    "corpus-real-engine-61": (7, 0),
     "corpus-real-engine-62": (6, 0),
     "corpus-real-engine-63": (4, 1),
     "corpus-real-engine-64": (10, 0),

@@ -123,3 +123,22 @@ def test_a_negative_meaning_unlimited_goes_back_to_the_default_where_sglang_give
     assert alone is not None and "is -1" in alone.summary
     # Where SGLang's help gives -1 a meaning (chunked prefill off), -1 is the user's choice, not a suspect.
     assert zero_stalls_the_server(context(f"{PY} --chunked-prefill-size -1", lines, "hang"), None) is None
+
+
+def test_a_running_server_whose_log_shows_one_timer_at_zero_gets_that_timer_back() -> None:
+    # --soft-watchdog-timeout 0: every watchdog fires without pause and dumps stacks; the server serves, its
+    # log floods ("watchdog timeout (self.watchdog_timeout=0.0, self.soft=True)").
+    from specdoctor.playbooks.zeros import zero_stalls_the_server
+    from tests.recorded import DATA, SERVE, context
+
+    contract = blind("corpus-real-engine-61", "soft-watchdog-timeout-zero-dump-flood")
+    assert contract["edits"] == [{"op": "remove", "flag": "--soft-watchdog-timeout"}]
+    lines = (
+        (DATA / "sglang-outputs" / "serve-soft-watchdog-timeout-zero.degraded.txt").read_text().splitlines()
+    )
+    found = decided(f"{SERVE} --soft-watchdog-timeout 0", lines, "runs-but-degraded")
+    assert found["edits"] == [{"op": "remove", "flag": "--soft-watchdog-timeout"}]
+    # A zero the log does not show at work is no lead for a server that runs.
+    assert (
+        zero_stalls_the_server(context(f"{SERVE} --decode-log-interval 0", lines, "runs-but-degraded"), None) is None
+    )
