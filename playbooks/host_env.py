@@ -1,6 +1,6 @@
 """What the process environment must give a server on this host: a temporary folder it can write, with
-paths short enough for the local sockets SGLang's processes talk over, and network interfaces that exist.
-Deployments copy these variables from elsewhere (a CI runner's TMPDIR, a cluster's GLOO_SOCKET_IFNAME);
+paths short enough for the local sockets SGLang's processes talk over, network interfaces that exist, and
+HTTP requests to itself that no proxy intercepts. Deployments copy these variables from elsewhere (a CI runner's TMPDIR, a cluster's GLOO_SOCKET_IFNAME);
 the host they land on decides whether they hold."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from specdoctor.playbooks.base import Context, fix, playbook, stop
 from specdoctor.playbooks.decision import Decision
 from specdoctor.tools.command import SetEnv
 
-_WARNING_RAISED = r"^(?:[\w.]+\.)?\w*Warning: "
+_PROXIED = r"ProxyError[^\n]*?url: https?://(?:127\.0\.0\.1|localhost|\[::1\])[:/]|Unable to connect to proxy"
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 _IPC_TOO_LONG = r'ipc path "(?P<path>[^"]+)" is longer than (?P<max>\d+) characters'
 _NO_TEMP = r"No usable temporary directory found in"
@@ -88,37 +89,24 @@ def network_interface_missing(ctx: Context, m: re.Match[str] | None) -> Decision
     )
 
 
-@playbook(
-    id="sglang.host.warnings-as-errors", category="other", pattern=_WARNING_RAISED, priority=30, scope="root"
-)
-def warnings_as_errors(ctx: Context, m: re.Match[str] | None) -> Decision | None:
-    """A warning raised as an error: Python was told to turn warnings into exceptions (PYTHONWARNINGS=error,
-    `python -W error`), and SGLang or a library it imports warns on every start (a deprecation)."""
-    said = (ctx.root.error_line or "").strip()
-    if not re.match(_WARNING_RAISED, said):
+@playbook(id="sglang.host.proxy-for-own-requests", category="other", pattern=_PROXIED, priority=30)
+def proxy_for_own_requests(ctx: Context, m: re.Match[str] | None) -> Decision | None:
+    """SGLang sends its warm-up and readiness requests to itself over HTTP; a proxy variable without NO_PROXY
+    for the loopback address sends them to the proxy instead, which cannot reach this server."""
+    env = ctx.spec.env_dict()
+    bypass = env.get("NO_PROXY", env.get("no_proxy", ""))
+    if m is None or "127.0.0.1" in bypass:
         return None
-    if "error" in ctx.spec.env_dict().get("PYTHONWARNINGS", "").lower():
-        return fix(
-            ctx,
-            [SetEnv(name="PYTHONWARNINGS", value="default")],
-            "other",
-            f"PYTHONWARNINGS turns every warning into an error, and SGLang's start warns: {said}",
-            why="the warning is not a fault of the launch; with PYTHONWARNINGS=default Python prints it and "
-            "goes on (keep `error` for your own tests, not for the server)",
-            evidence=(said,),
-            confidence=0.6,
-        )
-    words = list(ctx.spec.entrypoint)
-    options = [
-        w for w, after in zip(words, [*words[1:], ""], strict=True) if w == "-W" and after.startswith("error")
-    ]
-    if options or any(w.startswith("-Werror") for w in words):
-        return stop(
-            ctx,
-            "other",
-            f"`python -W error` turns every warning into an error, and SGLang's start warns: {said}",
-            "Launch without `-W error` (or with `-W default`): the warning is not a fault of the launch.",
-            evidence=(said,),
-            confidence=0.7,
-        )
-    return None
+    proxied = [name for name in _PROXY_VARS if env.get(name)]
+    value = ",".join(p for p in (bypass, "127.0.0.1", "localhost") if p)
+    return fix(
+        ctx,
+        [SetEnv(name="NO_PROXY", value=value)],
+        "other",
+        "SGLang's requests to itself (warm-up, readiness) go through the HTTP proxy, which cannot reach it",
+        why=f"{' and '.join(proxied) or 'a proxy variable of this environment'} sends every HTTP request to the "
+        "proxy; NO_PROXY=127.0.0.1,localhost keeps the server's own requests local (requests to the Hub still "
+        "use the proxy)",
+        evidence=(m.group(0),),
+        confidence=0.6 if proxied else 0.45,
+    )

@@ -34,6 +34,7 @@ _FAMILIES = (
     "hub",
     "hub_env",
     "host_env",
+    "python_env",
     "model",
     "weights",
     "weight_shapes",

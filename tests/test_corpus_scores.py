@@ -109,6 +109,7 @@ FLOORS = {
     "corpus-real-engine-66": (9, 1),
     "corpus-real-engine-67": (9, 0),
     "corpus-real-engine-68": (4, 0),
+    "corpus-real-engine-69": (4, 0),
 }
 
 

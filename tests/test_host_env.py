@@ -63,3 +63,30 @@ def test_warnings_turned_into_errors_are_turned_back_into_warnings() -> None:
     assert (stopped["playbook"], stopped["action"]) == ("sglang.host.warnings-as-errors", "stop")
     # No warnings-as-errors setting: the warning is not this rule's.
     assert decided(PY, lines)["playbook"] != "sglang.host.warnings-as-errors"
+
+
+def test_a_proxy_without_a_loopback_bypass_is_given_one() -> None:
+    contract = blind("corpus-real-engine-69", "env-http-proxy-breaks-local-warmup")
+    assert (contract["edits"], contract["confidence"]) == (
+        [{"op": "set_env", "name": "NO_PROXY", "value": "127.0.0.1,localhost"}],
+        0.6,
+    )
+    lines = recorded_lines("serve-http-proxy-without-no-proxy.rc137.txt")
+    proxied = f"HTTP_PROXY=http://127.0.0.1:32299 HTTPS_PROXY=http://127.0.0.1:32299 {SERVE}"
+    assert decided(proxied, lines)["edits"] == [
+        {"op": "set_env", "name": "NO_PROXY", "value": "127.0.0.1,localhost"}
+    ]
+    # The user's own bypass list is kept and extended; one that already holds the loopback is not this rule's.
+    kept = decided(f"NO_PROXY=hub.internal {proxied}", lines)["edits"]
+    assert kept == [{"op": "set_env", "name": "NO_PROXY", "value": "hub.internal,127.0.0.1,localhost"}]
+    assert decided(f"NO_PROXY=127.0.0.1 {proxied}", lines)["playbook"] != "sglang.host.proxy-for-own-requests"
+
+
+def test_docstrings_stripped_by_pythonoptimize_2_are_kept() -> None:
+    contract = blind("corpus-real-engine-69", "env-pythonoptimize-2-strips-docstrings")
+    assert contract["edits"] == [{"op": "set_env", "name": "PYTHONOPTIMIZE", "value": "0"}]
+    lines = recorded_lines("serve-pythonoptimize-2-docstrings.rc1.txt")
+    assert decided(f"PYTHONOPTIMIZE=2 {SERVE}", lines)["edits"] == [
+        {"op": "set_env", "name": "PYTHONOPTIMIZE", "value": "0"}
+    ]
+    assert decided(f"PYTHONOPTIMIZE=1 {SERVE}", lines)["playbook"] != "sglang.host.docstrings-stripped"

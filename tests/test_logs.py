@@ -61,7 +61,7 @@ def test_every_recorded_launch_output_is_covered() -> None:
     # 0.5.23 to give a rule its second real log (each read by the rule's test), a two-node launch on one host,
     # and requests after ready; each has a header to check against.
     launches = [p for p in ALL_OUTPUTS if ".rc" in p.name]
-    assert len(launches) == 183
+    assert len(launches) == 185
     assert all(read_output(p)[0].get("last_error_line") for p in launches)
 
 

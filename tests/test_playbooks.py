@@ -875,6 +875,12 @@ CASES = (
         ("corpus-real-engine-33", "tokenizer-path-repo-id-offline", "sglang.model.hub-unreachable"),
         ("corpus-real-engine-60", "hf-home-set-to-hub-subfolder-offline", "sglang.model.cache-variable"),
         ("corpus-real-engine-68", "pythonwarnings-error-sglang-serve", "sglang.host.warnings-as-errors"),
+        ("corpus-real-engine-69", "env-http-proxy-breaks-local-warmup", "sglang.host.proxy-for-own-requests"),
+        (
+            "corpus-real-engine-69",
+            "env-pythonoptimize-2-strips-docstrings",
+            "sglang.host.docstrings-stripped",
+        ),
         ("corpus-real-engine-67", "crash-dump-folder-is-existing-file", "sglang.path.output-unwritable"),
         (
             "corpus-real-engine-59",

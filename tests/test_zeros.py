@@ -140,5 +140,6 @@ def test_a_running_server_whose_log_shows_one_timer_at_zero_gets_that_timer_back
     assert found["edits"] == [{"op": "remove", "flag": "--soft-watchdog-timeout"}]
     # A zero the log does not show at work is no lead for a server that runs.
     assert (
-        zero_stalls_the_server(context(f"{SERVE} --decode-log-interval 0", lines, "runs-but-degraded"), None) is None
+        zero_stalls_the_server(context(f"{SERVE} --decode-log-interval 0", lines, "runs-but-degraded"), None)
+        is None
     )
