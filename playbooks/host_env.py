@@ -68,7 +68,7 @@ def network_interface_missing(ctx: Context, m: re.Match[str] | None) -> Decision
     named = [n for n, v in ctx.spec.env_dict().items() if n.endswith("_SOCKET_IFNAME") and v == m["name"]]
     if len(named) != 1:
         return None
-    if (ctx.view.int("--nnodes") or 1) > 1:
+    if ctx.view.nnodes > 1:
         return stop(
             ctx,
             "other",

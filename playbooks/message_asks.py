@@ -16,6 +16,7 @@ from specdoctor.playbooks.naming import category_of, squeeze
 from specdoctor.playbooks.suspects import failing_path
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag, UnsetEnv
 from specdoctor.tools.engine_source.remedies import remedies
+from specdoctor.tools.log_cause import server_answer
 
 # Not a purpose or condition (`To use priority scheduling, ...`, `when using X`): those name what the
 # user asked for, not what to change.
@@ -152,8 +153,6 @@ def engine_remedy(ctx: Context, m: re.Match[str] | None) -> Decision | None:
 def _turned_away(ctx: Context) -> bool:
     """The failure is the answer a request got from a running server (a 400 it turned the request away
     with), not a crash."""
-    from specdoctor.tools.log_cause import server_answer
-
     answer = server_answer(ctx.log_text.splitlines()[-400:])
     return ctx.outcome.kind == "unhealthy" or (
         answer is not None and answer == (ctx.root.error_line or "").strip()

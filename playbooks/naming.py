@@ -55,6 +55,11 @@ def squeeze(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def field_of(flag: str) -> str:
+    """The ServerArgs field a flag sets, as SGLang's code reads it (`--base-gpu-id` → `base_gpu_id`)."""
+    return flag.lstrip("-").replace("-", "_").lower()
+
+
 def words_of(name: str) -> list[str]:
     """The distinctive words of a flag, value or variable name."""
     parts = re.split(r"[-_.:/=\s]+", name.lower().lstrip("-"))

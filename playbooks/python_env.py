@@ -33,11 +33,7 @@ def warnings_as_errors(ctx: Context, m: re.Match[str] | None) -> Decision | None
             evidence=(said,),
             confidence=0.6,
         )
-    words = list(ctx.spec.entrypoint)
-    options = [
-        w for w, after in zip(words, [*words[1:], ""], strict=True) if w == "-W" and after.startswith("error")
-    ]
-    if options or any(w.startswith("-Werror") for w in words):
+    if re.search(r"(?:^| )-W ?error", " ".join(ctx.spec.entrypoint)):
         return stop(
             ctx,
             "other",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from specdoctor.playbooks.base import Context, fix
 from specdoctor.playbooks.code_paths import area_of, described_by_help
 from specdoctor.playbooks.decision import Decision
-from specdoctor.playbooks.naming import category_of, named_exactly, named_in, squeeze, words_of
+from specdoctor.playbooks.naming import category_of, field_of, named_exactly, named_in, squeeze, words_of
 from specdoctor.playbooks.take_back import take_back
 from specdoctor.tools.command import Edit, Option, SetEnv, UnsetEnv
 from specdoctor.tools.edit_policy import edit_policy
@@ -146,7 +146,7 @@ def _read_by_the_failing_line(flag: str, failing: list[str], edits: tuple[Edit, 
     the setting's field from the server arguments (`return server_args.numa_node[gpu_id]` → IndexError;
     `validate_ib_devices(cfg.disaggregation_ib_device)` → "InfiniBand sysfs path not found"; at run time
     through the runtime's accessors, `get_exec().moe.init_expert_location`): the engine failed on its value."""
-    field = flag.lstrip("-").replace("-", "_")
+    field = field_of(flag)
     for line in failing:
         if re.search(rf"\b(?:server_args|args|cfg|self\.server_args|{_ACCESSOR})\.{field}\b", line):
             return _suspect(flag, "read by the failing line", (line.strip(),), edits)
@@ -317,7 +317,7 @@ def _named_by_its_field(name: str, error: str) -> tuple[str, ...]:
     """The error spells the field the setting feeds, one word short (`gpu_id` for `--base-gpu-id`: "NUMA
     index 1 (derived from ... gpu_id) is out of range"): an identifier of two or more words is no
     accident, and the setting's own field is that identifier with one word added before or after."""
-    field = name.lstrip("-").replace("-", "_")
+    field = field_of(name)
     for ident in set(re.findall(r"(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(])", error)):
         if ident != field and re.fullmatch(rf"[a-z0-9]+_{ident}|{ident}_[a-z0-9]+", field):
             return (ident,)

@@ -71,7 +71,7 @@ def weights_do_not_fit_the_config(ctx: Context, m: re.Match[str] | None) -> Deci
     if ctx.view.tp > 1 or ctx.view.has("--quantization") or ctx.view.spec.find("--json-model-override-args"):
         return None  # a shard split or a quantized layout may be why: not this rule's to say
     if vocab := _checkpoint_vocabulary(ctx.root_text):
-        return vocab_from_the_checkpoint(ctx, *vocab, said)
+        return _vocab_from_the_checkpoint(ctx, *vocab, said)
     return stop(
         ctx,
         "model-path",
@@ -103,7 +103,7 @@ def _checkpoint_vocabulary(text: str) -> tuple[int, int] | None:
     return int(found.group(1)), int(found.group(2))
 
 
-def vocab_from_the_checkpoint(ctx: Context, configured: int, saved: int, said: str) -> Decision:
+def _vocab_from_the_checkpoint(ctx: Context, configured: int, saved: int, said: str) -> Decision:
     """config.json's vocab_size disagrees with the embedding the checkpoint saved: the tensor is what was
     trained, so the model is served with the checkpoint's size (a person confirms: the folder is theirs)."""
     override = json.dumps({"vocab_size": saved})

@@ -10,7 +10,7 @@ import re
 from specdoctor.playbooks.base import Context, fix, playbook
 from specdoctor.playbooks.decision import Decision
 from specdoctor.playbooks.json_values import json_container
-from specdoctor.playbooks.naming import category_of, named_exactly, named_in
+from specdoctor.playbooks.naming import category_of, field_of, named_exactly, named_in
 from specdoctor.playbooks.take_back import its_settings
 from specdoctor.playbooks.view import as_float
 from specdoctor.tools.command import Edit, RemoveFlag, SetFlag, UnsetEnv
@@ -62,7 +62,7 @@ def zero_the_user_chose(ctx: Context, m: re.Match[str] | None) -> Decision | Non
 def _shown_at_zero(flag: str, log: str) -> bool:
     """The log prints the setting's field (or its last words: `watchdog_timeout` of
     `--soft-watchdog-timeout`) at 0, as the code using it reports it."""
-    field = flag.lstrip("-").replace("-", "_").lower()
+    field = field_of(flag)
     for name in re.findall(r"\b([a-z][a-z0-9_]*)=0(?:\.0)?\b", log):
         if "_" in name and (field == name or field.endswith("_" + name)):
             return True
